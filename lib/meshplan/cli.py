@@ -1,0 +1,141 @@
+"""Command line: ``python -m meshplan plan ...``.
+
+A stable contract: with ``--json`` exactly one JSON object on stdout (``Report.to_dict``); without it a
+readable table. Bad input: one line on stderr naming the factor, exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .hardware import load_hardware
+from .mesh import DEFAULT_ORDER
+from .plan import DIMS, Plan, evaluate
+from .units import GB, fmt_gb, fmt_pct
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise _UsageError(message)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _int(name):
+    def conv(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={text!r} must be a positive integer") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{name}={value} must be a positive integer")
+        return value
+    return conv
+
+
+def _gb(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"gpu-memory-gb={text!r} must be a positive number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"gpu-memory-gb={text} must be a positive number")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m meshplan", description="Plan LLM-training parallelism.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    hw = load_hardware()
+    p = sub.add_parser("plan", help="evaluate one plan: memory per GPU, bytes per dimension, links, bubble")
+    p.add_argument("--model", required=True, help="a file stem in data/models/ or a path to a config.json")
+    p.add_argument("--gpus", required=True, type=_int("gpus"))
+    p.add_argument("--gpus-per-node", type=_int("gpus-per-node"), default=hw.gpus_per_node)
+    p.add_argument("--gpu-memory-gb", type=_gb, default=hw.gpu_memory_bytes / GB)
+    for dim in ("tp", "cp", "ep", "pp"):
+        p.add_argument(f"--{dim}", type=_int(dim), default=1)
+    p.add_argument("--dp", type=_int("dp"), default=None, help="default: gpus ÷ (tp × cp × pp)")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0)
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    p.add_argument("--seq", type=_int("seq"), default=4096)
+    p.add_argument("--micro-batch-size", type=_int("micro-batch-size"), default=1)
+    p.add_argument("--micro-batches", type=_int("micro-batches"), default=8)
+    p.add_argument("--virtual-stages", type=_int("virtual-stages"), default=1)
+    p.add_argument("--order", default=DEFAULT_ORDER, help="mesh axes from inner to outer, e.g. tp-cp-pp-dp")
+    p.add_argument("--no-sp", action="store_true", help="switch sequence parallelism off")
+    p.add_argument("--stage-balance", choices=("even", "max"), default="even")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def format_report(report) -> str:
+    """A readable table of a report (GB = 10⁹ B)."""
+    p = report.plan
+    mesh = " × ".join(f"{k.upper()} {getattr(p, k)}" for k in ("tp", "cp", "pp", "dp") if getattr(p, k) > 1) or "1 GPU"
+    if p.ep > 1:
+        mesh += f" (EP {p.ep} inside DP × CP)"
+    lines = [
+        f"{p.model.name}: {p.model.params.total:,} parameters on {p.gpus} GPUs ({p.gpus_per_node} per node)",
+        f"mesh {mesh}, order {p.order}; ZeRO-{p.zero}, recompute {p.recompute}, s = {p.seq:,}, "
+        f"b = {p.micro_batch_size}, m = {p.micro_batches}, v = {p.virtual_stages}",
+        "",
+        "memory per GPU",
+    ]
+    for k, v in report.model_states_terms.items():
+        lines.append(f"  {'  ' + k:<22}{fmt_gb(v, 2):>14}")
+    mem = report.memory_bytes
+    lines += [
+        f"  {'model states':<22}{fmt_gb(mem['model_states']):>14}",
+        f"  {'activations':<22}{fmt_gb(mem['activations']):>14}",
+        f"  {'total':<22}{fmt_gb(mem['total']):>14}  {'fits' if report.fits else 'does NOT fit'} in "
+        f"{fmt_gb(p.gpu_memory_bytes, 0)}",
+        "",
+        "bytes sent per GPU per step",
+    ]
+    for d in DIMS:
+        if report.link[d] is None:
+            lines.append(f"  {d.upper():<6}{'-':>14}")
+        else:
+            lines.append(f"  {d.upper():<6}{fmt_gb(report.comm_bytes_per_step[d]):>14}  {report.link[d]:<11}"
+                         f"{report.comm_time_s[d]:8.2f} s")
+    lines.append("")
+    lines.append(f"pipeline bubble (p−1)/(m·v): {fmt_pct(report.bubble) if p.pp > 1 else '-'}")
+    for n in report.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)
+
+
+def _plan(args) -> int:
+    plan = Plan.create(
+        args.model, gpus=args.gpus, dp=args.dp, tp=args.tp, cp=args.cp, ep=args.ep, pp=args.pp, zero=args.zero,
+        recompute=args.recompute, seq=args.seq, micro_batch_size=args.micro_batch_size,
+        micro_batches=args.micro_batches, virtual_stages=args.virtual_stages, order=args.order,
+        gpus_per_node=args.gpus_per_node, gpu_memory_bytes=args.gpu_memory_gb * GB,
+        sp=False if args.no_sp else None, stage_balance=args.stage_balance,
+    )
+    report = evaluate(plan)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(format_report(report))
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            raise _UsageError("a command is required: plan")
+        return {"plan": _plan}[args.command](args)
+    except (_UsageError, ValueError) as exc:
+        print(f"meshplan: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Data parallelism: gradient synchronisation bytes per GPU per step.
+
+Convention (the lab page's): gradients are bf16 (2 B per parameter), synchronised once per step (after
+gradient accumulation over the micro-batches) with a ring all-reduce, 2(N−1)/N × gradient bytes sent per
+rank; ZeRO-3 sends 3(N−1)/N × (``zero.zero_sync_bytes``). Overlap with the backward pass and latency are
+ignored. The naive alternative gathers everything to rank 0: (N−1) × gradient bytes arrive there.
+
+    >>> round(dp_bytes_per_step(27_781_427_952, 8) / 1e9, 1)
+    97.2
+"""
+
+from __future__ import annotations
+
+from .collectives import naive_gather_bytes
+from .zero import zero_sync_bytes
+
+GRAD_BYTES_PER_PARAM = 2  # bf16 gradients on the wire
+
+
+def dp_bytes_per_step(params: float, dp: int, zero_stage: int = 0, grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM) -> float:
+    """Bytes one GPU sends per step to synchronise ``params`` parameters over ``dp`` replicas."""
+    return zero_sync_bytes(dp, params * grad_bytes_per_param, zero_stage)
+
+
+def naive_gather_bytes_per_step(params: float, dp: int, grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM) -> float:
+    """Bytes that reach rank 0 when every other replica sends it its whole gradient: (N−1) × 2Ψ.
+
+        >>> round(naive_gather_bytes_per_step(27_781_427_952, 64) / 1e9)
+        3500
+    """
+    return naive_gather_bytes(dp, params * grad_bytes_per_param)

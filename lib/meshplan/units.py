@@ -1,0 +1,50 @@
+"""Units. The library computes in base units (bytes, FLOP, seconds); formatting happens only here.
+
+GB = 10**9 bytes (the lab page's and the GPU vendors' unit); GiB = 2**30 bytes (what PyTorch and
+``nvidia-smi`` print). Every display helper says which it uses.
+
+    >>> fmt_gb(444_502_847_232)
+    '444.5 GB'
+    >>> fmt_gib(2_684_354_560)
+    '2.5 GiB'
+"""
+
+from __future__ import annotations
+
+GB = 10**9
+GiB = 2**30
+MB = 10**6
+MiB = 2**20
+TB = 10**12
+
+HOURS_PER_YEAR = 8766  # 365.25 days x 24 h
+
+
+def fmt_gb(n_bytes: float, digits: int = 1) -> str:
+    """Bytes as decimal gigabytes (10**9 B) with ``digits`` decimals and thousands separators."""
+    return f"{n_bytes / GB:,.{digits}f} GB"
+
+
+def fmt_gib(n_bytes: float, digits: int = 1) -> str:
+    """Bytes as binary gibibytes (2**30 B)."""
+    return f"{n_bytes / GiB:,.{digits}f} GiB"
+
+
+def fmt_mb(n_bytes: float, digits: int = 1) -> str:
+    """Bytes as decimal megabytes (10**6 B)."""
+    return f"{n_bytes / MB:,.{digits}f} MB"
+
+
+def fmt_mib(n_bytes: float, digits: int = 1) -> str:
+    """Bytes as binary mebibytes (2**20 B)."""
+    return f"{n_bytes / MiB:,.{digits}f} MiB"
+
+
+def fmt_pct(fraction: float, digits: int = 1) -> str:
+    """A fraction as a percentage: 0.21875 -> '21.9 %'."""
+    return f"{100 * fraction:.{digits}f} %"
+
+
+def fmt_int(n: int) -> str:
+    """An integer with thousands separators: 27781427952 -> '27,781,427,952'."""
+    return f"{n:,}"

@@ -1,0 +1,117 @@
+"""Model states (weights, gradients, optimizer) per GPU, and ZeRO's stages.
+
+Source: Rajbhandari et al. 2019 (arXiv:1910.02054), §3.1 and Figure 1: mixed-precision Adam keeps
+2Ψ (fp16/bf16 weights) + 2Ψ (grads) + KΨ with K = 12 (fp32 master weights, momentum, variance) = 16Ψ
+bytes. ZeRO stage 1 shards the optimizer terms over the N data-parallel ranks, stage 2 also the
+gradients, stage 3 also the weights:
+
+* stage 0: 16Ψ
+* stage 1: 4Ψ + 12Ψ/N
+* stage 2: 2Ψ + 14Ψ/N
+* stage 3: 16Ψ/N
+
+Megatron-LM keeps fp32 gradients (``MEGATRON_BPP``: 2 + 4 + 12 = 18 B; its distributed optimizer is
+"6 + 12/dp"). FSDP2 keeps fp32 sharded parameters and gradients (4 + 4 + 8 per parameter with no separate
+master copy: ``FSDP2_BPP``).
+
+Assumptions (the lab page's): parameters split evenly over tensor- and pipeline-parallel ranks
+(embedding/output-layer imbalance ignored unless ``most_loaded_stage_params`` is used); no temporary
+buffers, no fragmentation. Units: bytes.
+
+    >>> round(model_states_bytes(27_781_427_952, zero_stage=3, dp=8) / 1e9, 1)
+    55.6
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+
+# which named terms each ZeRO stage shards over the data-parallel group
+STAGE_SHARDS: dict[int, frozenset[str]] = {
+    0: frozenset(),
+    1: frozenset({"master", "adam_m", "adam_v"}),
+    2: frozenset({"master", "adam_m", "adam_v", "grads"}),
+    3: frozenset({"master", "adam_m", "adam_v", "grads", "weights"}),
+}
+
+
+@dataclass(frozen=True)
+class BytesPerParam:
+    """Bytes per parameter, as named terms (defaults: bf16 mixed-precision Adam, 16 B)."""
+
+    weights: int = 2   # bf16 working copy of the weights
+    grads: int = 2     # bf16 gradients
+    master: int = 4    # fp32 master weights
+    adam_m: int = 4    # fp32 Adam first moment
+    adam_v: int = 4    # fp32 Adam second moment
+
+    @property
+    def total(self) -> int:
+        return sum(self.terms().values())
+
+    @property
+    def optimizer(self) -> int:
+        return self.master + self.adam_m + self.adam_v
+
+    def terms(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT_BPP = BytesPerParam()
+MEGATRON_BPP = BytesPerParam(grads=4)
+FSDP2_BPP = BytesPerParam(weights=4, grads=4, master=0)
+
+
+def _check_stage(zero_stage: int) -> None:
+    if zero_stage not in STAGE_SHARDS:
+        raise ValueError(f"zero={zero_stage!r} must be 0, 1, 2 or 3")
+
+
+def _check_pos(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+
+
+def model_states_terms(params: float, zero_stage: int = 0, dp: int = 1,
+                       bpp: BytesPerParam = DEFAULT_BPP) -> dict[str, float]:
+    """Bytes per GPU of each named term for ``params`` parameters held by this GPU's model replica shard.
+
+    ``params`` is already divided by TP × PP; ``dp`` is the size of the group ZeRO shards over.
+    """
+    _check_stage(zero_stage)
+    _check_pos("dp", dp)
+    sharded = STAGE_SHARDS[zero_stage]
+    return {name: params * b / (dp if name in sharded else 1) for name, b in bpp.terms().items()}
+
+
+def model_states_bytes(params: float, zero_stage: int = 0, dp: int = 1, bpp: BytesPerParam = DEFAULT_BPP) -> float:
+    """Total model-state bytes per GPU: the sum of ``model_states_terms``."""
+    return sum(model_states_terms(params, zero_stage, dp, bpp).values())
+
+
+def zero_comm_factor(zero_stage: int) -> int:
+    """Gradient-sized transfers per step in units of a reduce-scatter (or all-gather) of the gradients.
+
+    Stages 0–2: reduce-scatter + all-gather = 2 (the same volume as DP's all-reduce, ZeRO §7.2.1).
+    Stage 3: parameter all-gather in forward and again in backward + gradient reduce-scatter = 3 (§7.2.2:
+    3Ψ, 1.5× DP).
+    """
+    _check_stage(zero_stage)
+    return 3 if zero_stage == 3 else 2
+
+
+def zero_sync_bytes(n: int, grad_bytes: float, zero_stage: int = 0) -> float:
+    """Bytes one rank sends per step to keep ``n`` data-parallel replicas in sync.
+
+    ``grad_bytes`` is the size of this rank's unsharded gradient (= its bf16 weights).
+    Stage 0–2: ring all-reduce 2(n−1)/n × G. Stage 3: all-gather (forward) + all-gather (backward) +
+    reduce-scatter = 3(n−1)/n × G.
+
+        >>> round(zero_sync_bytes(8, 2 * 27_781_427_952, 3) / 1e9, 1)
+        145.9
+    """
+    if zero_comm_factor(zero_stage) == 3:
+        return 2 * all_gather_bytes(n, grad_bytes) + reduce_scatter_bytes(n, grad_bytes)
+    return ring_all_reduce_bytes(n, grad_bytes)
