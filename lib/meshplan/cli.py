@@ -37,6 +37,12 @@ def _int(name):
     return conv
 
 
+def _zero(text):
+    if text not in ("0", "1", "2", "3"):
+        raise argparse.ArgumentTypeError(f"zero={text!r} must be 0, 1, 2 or 3")
+    return int(text)
+
+
 def _gb(text):
     try:
         value = float(text)
@@ -59,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     for dim in ("tp", "cp", "ep", "pp"):
         p.add_argument(f"--{dim}", type=_int(dim), default=1)
     p.add_argument("--dp", type=_int("dp"), default=None, help="default: gpus ÷ (tp × cp × pp)")
-    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0)
+    p.add_argument("--zero", type=_zero, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
     p.add_argument("--seq", type=_int("seq"), default=4096)
     p.add_argument("--micro-batch-size", type=_int("micro-batch-size"), default=1)

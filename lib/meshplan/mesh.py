@@ -103,17 +103,43 @@ class Mesh:
         base = rank - c[axis] * self.strides[axis]
         return tuple(base + i * self.strides[axis] for i in range(self.sizes[axis]))
 
+    def _dp_cp_members(self, tp: int, pp: int) -> list[int]:
+        """The dp × cp ranks at (tp, pp), in mesh (inner-to-outer) order."""
+        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
+        return [self.rank(tp=tp, pp=pp, **{inner: i, outer: o})
+                for o in range(self.sizes[outer]) for i in range(self.sizes[inner])]
+
     def _ep_group(self, rank: int) -> tuple[int, ...]:
         c = self.coords(rank)
-        # the dp x cp ranks sharing this rank's tp and pp coordinates, in mesh (inner-to-outer) order
-        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
-        members = [self.rank(tp=c["tp"], pp=c["pp"], **{inner: i, outer: o})
-                   for o in range(self.sizes[outer]) for i in range(self.sizes[inner])]
+        members = self._dp_cp_members(c["tp"], c["pp"])
         k = members.index(rank) // self.ep
         return tuple(members[k * self.ep:(k + 1) * self.ep])
 
+    def _ep_groups(self) -> list[tuple[int, ...]]:
+        out = []
+        for tp in range(self.sizes["tp"]):
+            for pp in range(self.sizes["pp"]):
+                members = self._dp_cp_members(tp, pp)
+                out += [tuple(members[k:k + self.ep]) for k in range(0, len(members), self.ep)]
+        return sorted(out)
+
+    def _run_stride(self, axis: str) -> int | None:
+        """The stride between consecutive members if every group along ``axis`` is an arithmetic run
+        aligned to blocks of stride × size (always for tp, cp, pp, dp; for ep when its groups lie along one
+        of dp and cp), else None."""
+        if axis != "ep":
+            return self.strides[axis]
+        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
+        if self.sizes[inner] == 1:
+            inner = outer
+        elif self.sizes[inner] % self.ep:
+            return None
+        return self.strides[inner]
+
     def groups(self, axis: str) -> list[tuple[int, ...]]:
         """Every group along ``axis`` (each rank in exactly one), sorted by first rank."""
+        if axis == "ep":
+            return self._ep_groups()
         seen, out = set(), []
         for r in range(self.world_size):
             if r not in seen:
@@ -135,12 +161,15 @@ class Mesh:
         if n == 1:
             return None
         g = self.gpus_per_node
-        if axis != "ep":
-            span = self.strides[axis] * n  # a group lies in an aligned block of `span` consecutive ranks
-            if g % span == 0:
+        stride = self._run_stride(axis)
+        if stride is not None:
+            # every group is a run of n ranks `stride` apart inside an aligned block of stride * n ranks
+            if g % (stride * n) == 0:
                 return NVLINK
-            if self.strides[axis] >= g and self.strides[axis] % g == 0:
+            if stride >= g and stride % g == 0:
                 return INFINIBAND  # consecutive members always sit on different nodes
+            if (n - 1) * stride >= g:
+                return INFINIBAND  # first and last member are at least a node apart
         for grp in self.groups(axis):
             if self.node(grp[0]) != self.node(grp[-1]) or len({self.node(r) for r in grp}) > 1:
                 return INFINIBAND
