@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from .hardware import load_hardware
@@ -48,8 +49,8 @@ def _gb(text):
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"gpu-memory-gb={text!r} must be a positive number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"gpu-memory-gb={text} must be a positive number")
+    if not math.isfinite(value) or not value > 0:
+        raise argparse.ArgumentTypeError(f"gpu-memory-gb={text} must be a positive finite number")
     return value
 
 

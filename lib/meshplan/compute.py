@@ -37,3 +37,15 @@ def step_flop(params: float, tokens: float, recompute: str = "none") -> float:
     """FLOP of one training step: 6 × params × tokens, 8 × with full recompute (one extra forward)."""
     extra = forward_flop(params, tokens) if recompute == "full" else 0.0
     return forward_flop(params, tokens) + backward_flop(params, tokens) + extra
+
+
+def step_time_s(params: float, tokens: float, flop_per_s: float, recompute: str = "none") -> float:
+    """Seconds for one training step (forward + backward, + one forward with full recompute) of ``tokens``
+    tokens at ``flop_per_s`` effective FLOP/s.
+
+        >>> round(step_time_s(25_624_600_064, 4096, 400e12), 2)
+        1.57
+    """
+    if flop_per_s <= 0:
+        raise ValueError(f"effective compute {flop_per_s!r} FLOP/s must be positive")
+    return step_flop(params, tokens, recompute) / flop_per_s

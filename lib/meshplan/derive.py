@@ -91,3 +91,8 @@ def bubble_share() -> sp.Expr:
     """Bubble as a share of total time: idle / (ideal + idle) = (p−1)/(m·v + p − 1)."""
     b = bubble()
     return sp.simplify(b / (1 + b))
+
+
+def pretty(expr: sp.Expr) -> str:
+    """A plain-text rendering with Ψ and no ``*``: ``4*Psi + 12*Psi/N`` → ``4Ψ + 12Ψ/N``."""
+    return str(expr).replace("*", "").replace("Psi", "Ψ")

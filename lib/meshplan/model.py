@@ -115,9 +115,11 @@ class ModelSpec:
         return self.num_experts > 0
 
 
-def _require(cfg: Mapping, key: str, where: str):
-    if key not in cfg:
-        raise ValueError(f"malformed config {where}: missing key '{key}'")
+def _require(cfg: Mapping, key: str, where: str, default=None):
+    if key not in cfg or (cfg[key] is None and default is not None):
+        if default is None:
+            raise ValueError(f"malformed config {where}: missing key '{key}'")
+        return default
     value = cfg[key]
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"malformed config {where}: '{key}' must be a positive integer, got {value!r}")
@@ -150,8 +152,8 @@ def _llama(cfg: Mapping, name: str, where: str) -> ModelSpec:
     h = _require(cfg, "hidden_size", where)
     L = _require(cfg, "num_hidden_layers", where)
     a = _require(cfg, "num_attention_heads", where)
-    kv = _get(cfg, "num_key_value_heads", where, a)
-    d = _get(cfg, "head_dim", where, h // a)
+    kv = _require(cfg, "num_key_value_heads", where, a)
+    d = _require(cfg, "head_dim", where, h // a if h >= a else 1)
     ffn = _require(cfg, "intermediate_size", where)
     V = _require(cfg, "vocab_size", where)
     tied = bool(cfg.get("tie_word_embeddings", False))
@@ -180,6 +182,8 @@ def _llama(cfg: Mapping, name: str, where: str) -> ModelSpec:
 # ---------------------------------------------------------------- qwen3_5
 def _qwen3_5(cfg: Mapping, name: str, where: str) -> ModelSpec:
     t = cfg.get("text_config", cfg)
+    if not isinstance(t, Mapping):
+        raise ValueError(f"malformed config {where}: 'text_config' must be an object")
     h = _require(t, "hidden_size", where)
     L = _require(t, "num_hidden_layers", where)
     a = _require(t, "num_attention_heads", where)
@@ -234,6 +238,8 @@ def _qwen3_5(cfg: Mapping, name: str, where: str) -> ModelSpec:
               ("linear_attention_layers", n_linear, lin_layer), ("final_norm", 1, h)]
 
     vis = cfg.get("vision_config")
+    if vis is not None and not isinstance(vis, Mapping):
+        raise ValueError(f"malformed config {where}: 'vision_config' must be an object")
     if vis is not None:
         vh = _require(vis, "hidden_size", where + " vision_config")
         vi = _require(vis, "intermediate_size", where + " vision_config")
@@ -339,7 +345,7 @@ def _gpt2(cfg: Mapping, name: str, where: str) -> ModelSpec:
     a = _require(cfg, "n_head", where)
     V = _require(cfg, "vocab_size", where)
     P = _require(cfg, "n_positions", where)
-    ffn = cfg.get("n_inner") or 4 * h
+    ffn = _require(cfg, "n_inner", where, 4 * h)
     bias = bool(cfg.get("bias", True))
     norm = cfg.get("norm", "layernorm")
     if norm not in ("layernorm", "rmsnorm"):

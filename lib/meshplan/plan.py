@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Mapping
@@ -126,7 +127,7 @@ class Plan:
         if self.stage_balance not in ("even", "max"):
             raise ValueError(f"stage_balance={self.stage_balance!r} must be 'even' or 'max'")
         if isinstance(self.gpu_memory_bytes, bool) or not isinstance(self.gpu_memory_bytes, (int, float)) \
-                or not self.gpu_memory_bytes > 0:
+                or not math.isfinite(self.gpu_memory_bytes) or not self.gpu_memory_bytes > 0:
             raise ValueError(f"gpu_memory_bytes={self.gpu_memory_bytes!r} must be positive")
         parse_order(self.order)
         prod = self.tp * self.cp * self.pp * self.dp
@@ -242,7 +243,8 @@ def _stage_params(plan: Plan) -> tuple[float, float]:
         if k == 0:
             dense += comps["embedding"] + comps["vision"]
         if k == plan.pp - 1:
-            dense += comps["head"] + m.hidden_size + comps["mtp"] + m.params.extra.get("mtp", 0)
+            final_norm = sum(n * per for name, n, per in m.params.groups if name == "final_norm")
+            dense += comps["head"] + final_norm + comps["mtp"] + m.params.extra.get("mtp", 0)
         if dense + exp > sum(best):
             best = (dense, exp)
     return best

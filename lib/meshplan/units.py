@@ -48,3 +48,8 @@ def fmt_pct(fraction: float, digits: int = 1) -> str:
 def fmt_int(n: int) -> str:
     """An integer with thousands separators: 27781427952 -> '27,781,427,952'."""
     return f"{n:,}"
+
+
+def fmt_tflops(flop_per_s: float, digits: int = 0) -> str:
+    """FLOP/s as TFLOP/s (10**12): 4e14 -> '400 TFLOP/s'."""
+    return f"{flop_per_s / 1e12:,.{digits}f} TFLOP/s"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -44,6 +45,11 @@ class Result:
     error: str | None = None
 
 
+def _round_half_up(x: float) -> int:
+    """Math.round for non-negative x, so the live widget and the static page print the same percentage."""
+    return math.floor(x + 0.5)
+
+
 def compare(prediction: str, result: Result, unit: str = "", digits: int = 1, tolerance: float = 0.05) -> str:
     """The feedback line for a typed prediction against a result (plain text; used by the live widget;
     the static page's JavaScript mirrors it)."""
@@ -59,13 +65,15 @@ def compare(prediction: str, result: Result, unit: str = "", digits: int = 1, to
     try:
         x = float(pred)
     except ValueError:
+        x = math.nan
+    if not math.isfinite(x):
         return f"The library says {result.text}. (Type a number to see how far off you were.)"
     diff = x - result.value
     sign = "+" if diff >= 0 else "−"
     rel = abs(diff) / abs(result.value) if result.value else float("inf")
     off = f"{sign}{abs(diff):,.{digits}f}{(' ' + unit) if unit else ''}"
-    pct = f" ({sign}{100 * rel:.0f} %)" if result.value else ""
-    verdict = "✓ within {:.0f} %".format(100 * tolerance) if rel <= tolerance else "✗ off"
+    pct = f" ({sign}{_round_half_up(100 * rel)} %)" if result.value else ""
+    verdict = f"✓ within {_round_half_up(100 * tolerance)} %" if rel <= tolerance else "✗ off"
     return f"The library says {result.text}. Your prediction is off by {off}{pct}: {verdict}."
 
 
@@ -224,7 +232,7 @@ root.querySelector(".mp-check").addEventListener("click",function(){
   else if(!p){msg="The library says "+r.text+".";}
   else if(typeof r.value==="string"){msg="The library says "+r.text+". "+(p.toLowerCase()===r.value.toLowerCase()?
     "\u2713 Your prediction matches.":"\u2717 You predicted "+p+".");}
-  else if(isNaN(Number(p))){msg="The library says "+r.text+". (Type a number to see how far off you were.)";}
+  else if(!isFinite(Number(p))){msg="The library says "+r.text+". (Type a number to see how far off you were.)";}
   else{var d=Number(p)-r.value,sg=d>=0?"+":"\u2212",rel=r.value?Math.abs(d)/Math.abs(r.value):Infinity;
     msg="The library says "+r.text+". Your prediction is off by "+sg+fmt(Math.abs(d))+(data.unit?" "+data.unit:"")+
     (r.value?" ("+sg+Math.round(100*rel)+" %)":"")+": "+(rel<=data.tolerance?"\u2713 within "+Math.round(100*data.tolerance)+" %":"\u2717 off")+".";}

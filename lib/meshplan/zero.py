@@ -24,6 +24,7 @@ buffers, no fragmentation. Units: bytes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from .collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
@@ -89,6 +90,19 @@ def model_states_terms(params: float, zero_stage: int = 0, dp: int = 1,
 def model_states_bytes(params: float, zero_stage: int = 0, dp: int = 1, bpp: BytesPerParam = DEFAULT_BPP) -> float:
     """Total model-state bytes per GPU: the sum of ``model_states_terms``."""
     return sum(model_states_terms(params, zero_stage, dp, bpp).values())
+
+
+def min_gpus_for_states(params: float, gpu_memory_bytes: float, bpp: BytesPerParam = DEFAULT_BPP) -> int:
+    """The fewest GPUs whose memory adds up to the model states: ⌈bpp × Ψ ÷ GPU memory⌉.
+
+    The best any sharding (ZeRO-3 over N GPUs) can do before a single activation is stored.
+
+        >>> min_gpus_for_states(27_781_427_952, 80e9)
+        6
+    """
+    if not gpu_memory_bytes > 0:
+        raise ValueError(f"gpu_memory_bytes={gpu_memory_bytes!r} must be positive")
+    return math.ceil(model_states_bytes(params, 0, 1, bpp) / gpu_memory_bytes)
 
 
 def zero_comm_factor(zero_stage: int) -> int:

@@ -1,0 +1,272 @@
+"""``python -m meshplan plan``: the --json contract, the table, and one-line errors with exit code 2.
+
+Every command runs as a real subprocess (``sys.executable -m meshplan``) from the repository root; the
+subprocesses of this module are started together once and their results shared, to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from meshplan import Plan, evaluate
+from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
+
+REPO = Path(__file__).resolve().parents[1]
+
+CONTRACT = ["model", "params", "gpus", "mesh", "memory_bytes", "fits", "comm_bytes_per_step", "link", "bubble"]
+DIMS = ["dp", "tp", "pp", "cp", "ep"]
+
+# name -> argv after "plan"; "{tmp}" is replaced by a module temp dir holding the bad configs
+OK = {
+    "lab64_zero1_json": "--model qwen3.8-27b --gpus 64 --tp 8 --pp 2 --dp 4 --zero 1 --recompute full --json",
+    "lab64_zero1_default_dp": "--model qwen3.8-27b --gpus 64 --tp 8 --pp 2 --zero 1 --recompute full --json",
+    "lab8_dp_json": "--model qwen3.8-27b --gpus 8 --dp 8 --zero 3 --recompute full --json",
+    "lab8_default_dp": "--model qwen3.8-27b --gpus 8 --zero 3 --recompute full --json",
+    "lab8_selective_table": "--model qwen3.8-27b --gpus 8 --zero 3 --recompute selective",
+    "lab64_table": "--model qwen3.8-27b --gpus 64 --tp 8 --pp 8 --recompute full --micro-batches 32",
+    "deepseek_ep_json": "--model deepseek-v3 --gpus 128 --tp 2 --ep 64 --zero 1 --recompute full --json",
+}
+BAD = {
+    # name -> (argv, substrings that must be in the one stderr line)
+    "unknown_model": ("--model no-such-model --gpus 8", ["unknown model 'no-such-model'"]),
+    "gpus_not_product": ("--model qwen3.8-27b --gpus 8 --dp 4", ["gpus=8", "= 4"]),
+    "tp_not_dividing_gpus": ("--model qwen3.8-27b --gpus 8 --tp 3", ["tp×cp×pp = 3×1×1 = 3", "gpus=8"]),
+    "tp_heads": ("--model small-3.7m --gpus 8 --tp 8", ["tp=8", "4 attention heads"]),
+    "tp_kv_heads": ("--model {tmp}/kv6.json --gpus 4 --tp 4", ["tp=4", "6 KV heads"]),
+    "pp_layers": ("--model qwen3.8-27b --gpus 24 --pp 3 --tp 8", ["pp=3", "64 layers"]),
+    "interleaved_m": ("--model qwen3.8-27b --gpus 8 --pp 8 --virtual-stages 2 --micro-batches 4",
+                      ["micro_batches=4", "pp=8"]),
+    "pp_v_layers": ("--model qwen3.8-27b --gpus 8 --pp 8 --virtual-stages 3", ["pp×virtual_stages = 8×3", "64 layers"]),
+    "cp_seq": ("--model qwen3.8-27b --gpus 3 --cp 3 --seq 4096", ["cp=3", "seq=4096"]),
+    "ep_experts": ("--model deepseek-v3 --gpus 6 --ep 3", ["ep=3", "256 experts"]),
+    "ep_dp_cp": ("--model deepseek-v3 --gpus 8 --ep 16", ["ep=16", "dp×cp = 8×1 = 8"]),
+    "ep_dense": ("--model qwen3.8-27b --gpus 8 --ep 2", ["ep=2", "no experts"]),
+    "tp_zero": ("--model qwen3.8-27b --gpus 8 --tp 0", ["tp=0"]),
+    "tp_negative": ("--model qwen3.8-27b --gpus 8 --tp -2", ["tp=-2"]),
+    "tp_fraction": ("--model qwen3.8-27b --gpus 8 --tp 1.5", ["tp='1.5'"]),
+    "gpus_word": ("--model qwen3.8-27b --gpus x", ["gpus='x'"]),
+    "zero_5": ("--model qwen3.8-27b --gpus 8 --zero 5", ["zero='5'", "0, 1, 2 or 3"]),
+    "bad_order": ("--model qwen3.8-27b --gpus 8 --order tp-pp-dp", ["order='tp-pp-dp'"]),
+    "gpus_per_node": ("--model qwen3.8-27b --gpus 12 --gpus-per-node 8", ["gpus_per_node=8", "gpus=12"]),
+    "memory_zero": ("--model qwen3.8-27b --gpus 8 --gpu-memory-gb 0", ["gpu-memory-gb=0"]),
+    "invalid_json": ("--model {tmp}/broken.json --gpus 8", ["malformed config", "invalid JSON", "broken.json"]),
+    "missing_hidden_size": ("--model {tmp}/nohidden.json --gpus 8", ["missing key 'hidden_size'", "nohidden.json"]),
+    "unsupported_type": ("--model {tmp}/mamba.json --gpus 8", ["unsupported model_type 'mamba'"]),
+    "no_command": ("", ["a command is required"]),
+    "missing_model": ("--gpus 8", ["--model"]),
+}
+# found while writing these tests (library bugs; see the tests that use them)
+BUG_CASES = {"memory_inf": "--model qwen3.8-27b --gpus 8 --gpu-memory-gb inf --json"}
+MALFORMED_BUGS = {  # malformed configs that end in a traceback instead of one line and exit 2
+    "n_inner_word": ("--model {tmp}/ninner.json --gpus 1", "n_inner"),
+    "text_config_int": ("--model {tmp}/textcfg.json --gpus 1", "text_config"),
+    "kv_heads_zero": ("--model {tmp}/kv0.json --gpus 2 --cp 2", "num_key_value_heads"),
+}
+
+KV6 = {  # a Llama-style config with 24 query heads and 6 KV heads
+    "model_type": "llama", "hidden_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 24,
+    "num_key_value_heads": 6, "intermediate_size": 4096, "vocab_size": 32000,
+}
+
+
+def _argv(spec: str, tmp: Path) -> list[str]:
+    args = spec.replace("{tmp}", str(tmp)).split()
+    return [sys.executable, "-m", "meshplan"] + (["plan"] + args if args != [] else [])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    (tmp / "kv6.json").write_text(json.dumps(KV6))
+    (tmp / "broken.json").write_text('{"model_type": "llama", "hidden_size": ')
+    nohidden = dict(KV6)
+    del nohidden["hidden_size"]
+    (tmp / "nohidden.json").write_text(json.dumps(nohidden))
+    (tmp / "mamba.json").write_text(json.dumps({"model_type": "mamba"}))
+    (tmp / "ninner.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 100, "n_positions": 8,
+                                                 "n_embd": 16, "n_layer": 2, "n_head": 2, "n_inner": "big"}))
+    (tmp / "textcfg.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": 5}))
+    (tmp / "kv0.json").write_text(json.dumps({**KV6, "num_key_value_heads": 0}))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "lib")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    specs = {**OK, **{k: v[0] for k, v in BAD.items()}, **BUG_CASES, **{k: v[0] for k, v in MALFORMED_BUGS.items()}}
+    procs = {name: subprocess.Popen(_argv(spec, tmp), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, encoding="utf-8")
+             for name, spec in specs.items()}
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=60)
+        out[name] = (proc.returncode, stdout, stderr)
+    return out
+
+
+def _strict_json(text: str):
+    def reject(const):
+        raise ValueError(f"not JSON: {const}")
+    return json.loads(text, parse_constant=reject)
+
+
+def _ok(runs, name):
+    rc, stdout, stderr = runs[name]
+    assert rc == 0, stderr
+    assert stderr == ""
+    return stdout
+
+
+def _report_json(runs, name):
+    stdout = _ok(runs, name)
+    assert stdout.endswith("\n") and stdout.count("\n") == 1  # one line: one object
+    obj = _strict_json(stdout)
+    assert isinstance(obj, dict)
+    return obj
+
+
+# ---------------------------------------------------------------- the --json contract
+def test_json_contract(runs):
+    for name in ("lab64_zero1_json", "lab8_dp_json", "deepseek_ep_json"):
+        obj = _report_json(runs, name)
+        assert list(obj)[: len(CONTRACT)] == CONTRACT, name  # the contract's keys first, extras after
+        assert list(obj["mesh"]) == ["tp", "cp", "ep", "dp", "pp"]
+        assert list(obj["memory_bytes"]) == ["model_states", "activations", "total"]
+        assert set(obj["comm_bytes_per_step"]) == set(DIMS)
+        assert set(obj["link"]) == set(DIMS)
+        assert isinstance(obj["fits"], bool)
+        assert isinstance(obj["params"], int) and isinstance(obj["gpus"], int)
+
+
+def test_json_values_lab64_zero1(runs):
+    obj = _report_json(runs, "lab64_zero1_json")
+    assert obj["model"] == "qwen3.8-27b"
+    assert obj["params"] == 27_781_427_952
+    assert obj["gpus"] == 64
+    assert obj["mesh"] == {"tp": 8, "cp": 1, "ep": 1, "dp": 4, "pp": 2}
+    mem = obj["memory_bytes"]
+    assert [f"{mem[k] / 1e9:.1f}" for k in ("model_states", "activations", "total")] == ["12.2", "0.3", "12.5"]
+    assert obj["fits"] is True
+    comm = obj["comm_bytes_per_step"]
+    assert {k: f"{comm[k] / 1e9:.1f}" for k in DIMS} == {"dp": "5.2", "tp": "75.2", "pp": "0.7", "cp": "0.0",
+                                                         "ep": "0.0"}
+    assert comm["cp"] == 0 and comm["ep"] == 0
+    assert obj["link"] == {"dp": "infiniband", "tp": "nvlink", "pp": "infiniband", "cp": None, "ep": None}
+    assert obj["bubble"] == 0.125
+    # the same numbers as the library
+    r = evaluate(lab_plan(LAB_64_GPUS[2]))
+    assert mem == dict(r.memory_bytes)
+    assert comm == dict(r.comm_bytes_per_step)
+
+
+def test_json_values_lab8_dp(runs):
+    obj = _report_json(runs, "lab8_dp_json")
+    assert obj["mesh"] == {"tp": 1, "cp": 1, "ep": 1, "dp": 8, "pp": 1}
+    mem = obj["memory_bytes"]
+    assert [f"{mem[k] / 1e9:.1f}" for k in ("model_states", "activations", "total")] == ["55.6", "2.7", "58.2"]
+    assert obj["fits"] is True
+    assert f"{obj['comm_bytes_per_step']['dp'] / 1e9:.1f}" == "145.9"
+    assert obj["link"] == {"dp": "nvlink", "tp": None, "pp": None, "cp": None, "ep": None}
+    assert obj["bubble"] == 0
+    assert mem == dict(evaluate(lab_plan(LAB_8_GPUS[0])).memory_bytes)
+
+
+def test_json_values_deepseek_ep(runs):
+    obj = _report_json(runs, "deepseek_ep_json")
+    assert obj["model"] == "deepseek-v3" and obj["params"] == 671_026_419_200
+    assert obj["mesh"] == {"tp": 2, "cp": 1, "ep": 64, "dp": 64, "pp": 1}
+    assert obj["link"]["ep"] == "infiniband" and obj["link"]["tp"] == "nvlink"
+    r = evaluate(Plan.create("deepseek-v3", gpus=128, tp=2, ep=64, zero=1, recompute="full"))
+    assert obj["comm_bytes_per_step"] == dict(r.comm_bytes_per_step)
+    assert obj["memory_bytes"] == dict(r.memory_bytes)
+
+
+def test_dp_defaults_to_gpus_over_tp_cp_pp(runs):
+    explicit = _report_json(runs, "lab64_zero1_json")
+    default = _report_json(runs, "lab64_zero1_default_dp")
+    assert default["mesh"]["dp"] == 64 // (8 * 1 * 2) == 4
+    assert default == explicit
+    assert _report_json(runs, "lab8_default_dp") == _report_json(runs, "lab8_dp_json")
+
+
+# ---------------------------------------------------------------- the table
+def test_table_output(runs):
+    fits = _ok(runs, "lab64_table")
+    assert "qwen3.8-27b" in fits and "27,781,427,952 parameters on 64 GPUs" in fits
+    assert "fits in 80 GB" in fits and "does NOT fit" not in fits
+    assert "21.9 %" in fits
+    lines = {line.split()[0]: line for line in fits.splitlines() if line.startswith("  TP") or line.startswith("  PP")}
+    assert "75.2 GB" in lines["TP"] and "nvlink" in lines["TP"]
+    assert "2.7 GB" in lines["PP"] and "infiniband" in lines["PP"]
+    big = _ok(runs, "lab8_selective_table")
+    assert "qwen3.8-27b" in big and "101.2 GB" in big and "does NOT fit in 80 GB" in big
+    assert "fits" not in big
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_one_line_exit_2(runs, name):
+    rc, stdout, stderr = runs[name]
+    assert rc == 2, (stdout, stderr)
+    assert stdout == ""
+    assert "Traceback" not in stderr
+    assert stderr.endswith("\n") and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("meshplan: error: ")
+    for needle in BAD[name][1]:
+        assert needle in stderr, (needle, stderr)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("gpus_not_product", dict(model="qwen3.8-27b", gpus=8, dp=4)),
+    ("tp_heads", dict(model="small-3.7m", gpus=8, tp=8)),
+    ("pp_layers", dict(model="qwen3.8-27b", gpus=24, pp=3, tp=8)),
+    ("interleaved_m", dict(model="qwen3.8-27b", gpus=8, pp=8, virtual_stages=2, micro_batches=4)),
+    ("cp_seq", dict(model="qwen3.8-27b", gpus=3, cp=3, seq=4096)),
+    ("ep_experts", dict(model="deepseek-v3", gpus=6, ep=3)),
+    ("ep_dp_cp", dict(model="deepseek-v3", gpus=8, ep=16)),
+    ("ep_dense", dict(model="qwen3.8-27b", gpus=8, ep=2)),
+    ("unknown_model", dict(model="no-such-model", gpus=8)),
+])
+def test_library_raises_the_same_message(runs, name, kwargs):
+    with pytest.raises(ValueError) as exc:
+        Plan.create(**kwargs)
+    assert runs[name][2] == f"meshplan: error: {exc.value}\n"
+
+
+def test_library_kv_heads_message(tmp_path):
+    path = tmp_path / "kv6.json"
+    path.write_text(json.dumps(KV6))
+    with pytest.raises(ValueError, match=r"tp=4 does not divide 6 KV heads"):
+        Plan.create(str(path), gpus=4, tp=4)
+    with pytest.raises(ValueError, match=r"^tp=4 does not divide 6 KV heads$"):
+        Plan.create(str(path), gpus=4, tp=4, kv_replication=False)
+    # tp = 12 is a multiple of 6 KV heads: replication allowed
+    assert Plan.create(str(path), gpus=12, tp=12, gpus_per_node=12).tp == 12
+
+
+def test_library_rejects_bad_sizes():
+    for kwargs, needle in [(dict(tp=0), "tp=0"), (dict(tp=-2), "tp=-2"), (dict(tp=1.5), "tp=1.5"),
+                           (dict(zero=5), "zero=5"), (dict(tp=True), "tp=True"), (dict(recompute="all"), "recompute")]:
+        with pytest.raises(ValueError, match="must be") as exc:
+            Plan.create("qwen3.8-27b", gpus=8, dp=8, **kwargs)
+        assert needle in str(exc.value)
+
+
+def test_infinite_gpu_memory_is_rejected(runs):
+    """BUG: --gpu-memory-gb inf is accepted; every plan 'fits' and --json prints the non-JSON token Infinity."""
+    rc, stdout, stderr = runs["memory_inf"]
+    assert rc == 2, stdout[:200]
+    assert "gpu-memory-gb" in stderr
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_BUGS))
+def test_malformed_config_is_one_line_not_a_traceback(runs, name):
+    """BUG (model.py): unchecked config values reach arithmetic: gpt2 'n_inner' is read with cfg.get (a word
+    raises TypeError), a non-object 'text_config' raises TypeError, and 0 KV heads is accepted by _llama and
+    divides by zero in evaluate() with cp > 1."""
+    rc, stdout, stderr = runs[name]
+    assert "Traceback" not in stderr, stderr.strip().splitlines()[-1]
+    assert rc == 2 and stderr.count("\n") == 1
+    assert MALFORMED_BUGS[name][1] in stderr

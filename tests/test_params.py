@@ -1,0 +1,336 @@
+"""Exact parameter counts against shared/reference/param-counts.md, and the loader's errors.
+
+Every number here is an integer from the reference; the library must reproduce it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from meshplan import available_models, load_model, model_from_config
+from meshplan.model import COMPONENT_KEYS, MODELS_DIR
+
+SHIPPED = ["deepseek-v3", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "qwen3.8-27b", "small-3.7m"]
+
+
+def _groups(spec) -> dict[str, tuple[int, int]]:
+    return {name: (count, per) for name, count, per in spec.params.groups}
+
+
+def _config(name: str) -> dict:
+    return json.loads((MODELS_DIR / f"{name}.json").read_text())
+
+
+def test_shipped_models_are_the_six_of_the_reference():
+    assert available_models() == SHIPPED
+
+
+# ---------------------------------------------------------------- anchor: Qwen3.8-27B
+ANCHOR_TOTAL = 27_781_427_952
+ANCHOR_EMB = 1_271_398_400
+ANCHOR_FULL_LAYER = 372_255_232
+ANCHOR_LINEAR_LAYER = 383_273_184
+ANCHOR_TEXT = 26_895_998_464
+ANCHOR_VISION = 460_730_096
+ANCHOR_MTP = 424_699_392
+
+
+@pytest.fixture(scope="module")
+def anchor():
+    return load_model("qwen3.8-27b")
+
+
+def test_anchor_total(anchor):
+    assert anchor.params.total == ANCHOR_TOTAL
+    assert f"{anchor.params.total:,}" == "27,781,427,952"
+
+
+def test_anchor_rows(anchor):
+    g = _groups(anchor)
+    assert g["embedding"] == (1, ANCHOR_EMB)
+    assert g["head"] == (1, ANCHOR_EMB)  # untied
+    assert g["full_attention_layers"] == (16, ANCHOR_FULL_LAYER)
+    assert g["linear_attention_layers"] == (48, ANCHOR_LINEAR_LAYER)
+    assert g["final_norm"] == (1, 5_120)
+    assert g["vision_tower"] == (1, ANCHOR_VISION)
+    assert g["mtp"] == (1, ANCHOR_MTP)
+    assert 16 * ANCHOR_FULL_LAYER == 5_956_083_712
+    assert 48 * ANCHOR_LINEAR_LAYER == 18_397_112_832
+    c = anchor.params.components
+    assert c["embedding"] == ANCHOR_EMB == 248_320 * 5_120
+    assert c["head"] == ANCHOR_EMB
+    assert c["vision"] == ANCHOR_VISION
+    assert c["mtp"] == ANCHOR_MTP
+    assert c["routed_experts"] == 0
+
+
+def test_anchor_text_model(anchor):
+    c = anchor.params.components
+    text = anchor.params.total - c["vision"] - c["mtp"]
+    assert text == ANCHOR_TEXT
+    g = _groups(anchor)
+    assert (g["embedding"][1] + g["head"][1] + 16 * g["full_attention_layers"][1]
+            + 48 * g["linear_attention_layers"][1] + g["final_norm"][1]) == ANCHOR_TEXT
+    # the text model is also the sum of the decoder layers, both embeddings and the final norm
+    assert sum(anchor.layer_params) + 2 * ANCHOR_EMB + 5_120 == ANCHOR_TEXT
+
+
+def test_anchor_totals_seen_in_the_wild(anchor):
+    c = anchor.params.components
+    text = anchor.params.total - c["vision"] - c["mtp"]
+    assert text + c["vision"] == 27_356_728_560  # what transformers instantiates
+    assert text + c["mtp"] == 27_320_697_856  # GGUF-style
+
+
+def test_anchor_flop_params(anchor):
+    # text model without the input embedding
+    assert anchor.flop_params == 25_624_600_064
+    assert anchor.flop_params == ANCHOR_TEXT - ANCHOR_EMB
+
+
+def test_anchor_layer_layout(anchor):
+    # 3 x linear attention then 1 x full attention, 16 times
+    assert anchor.num_layers == 64
+    assert anchor.num_full_attention_layers == 16
+    assert anchor.layer_params == tuple(
+        ANCHOR_FULL_LAYER if (i + 1) % 4 == 0 else ANCHOR_LINEAR_LAYER for i in range(64))
+    assert anchor.kv_width == 2 * 4 * 256
+    assert (anchor.hidden_size, anchor.num_attention_heads, anchor.num_key_value_heads, anchor.head_dim) == \
+        (5_120, 24, 4, 256)
+    assert (anchor.linear_num_key_heads, anchor.linear_num_value_heads) == (16, 48)
+
+
+def test_reference_breakdown_adds_up_to_the_library_rows(anchor):
+    """The per-projection numbers of param-counts.md add up to the per-layer rows the library gives."""
+    mlp = 3 * 5_120 * 17_408
+    assert mlp == 267_386_880
+    full = 62_914_560 + 2 * 5_242_880 + 31_457_280 + 2 * 256 + mlp + 2 * 5_120
+    lin = (52_428_800 + 31_457_280 + 2 * 245_760 + 40_960 + 48 + 48 + 128 + 31_457_280 + mlp + 2 * 5_120)
+    vision = 1_770_624 + 2_654_208 + 27 * 15_239_504 + 44_838_656
+    mtp = 52_428_800 + 15_360 + full
+    g = _groups(anchor)
+    assert (full, lin, vision, mtp) == (g["full_attention_layers"][1], g["linear_attention_layers"][1],
+                                        g["vision_tower"][1], g["mtp"][1])
+
+
+# ---------------------------------------------------------------- DeepSeek-V3
+@pytest.fixture(scope="module")
+def dsv3():
+    return load_model("deepseek-v3")
+
+
+def test_deepseek_v3_main_model(dsv3):
+    p = dsv3.params
+    assert p.total == 671_026_419_200
+    g = _groups(dsv3)
+    assert g["embedding"] == (1, 926_679_040) and 926_679_040 == 129_280 * 7_168
+    assert g["head"] == (1, 926_679_040)
+    assert g["dense_layers"] == (3, 583_483_392)
+    assert g["moe_layers"] == (58, 11_507_286_272)
+    assert g["final_norm"] == (1, 7_168)
+    assert 3 * 583_483_392 == 1_750_450_176 and 58 * 11_507_286_272 == 667_422_603_776
+    # MLA attention per layer: the reference's projections
+    mla = 11_010_048 + 1_536 + 37_748_736 + 4_128_768 + 512 + 16_777_216 + 117_440_512
+    assert mla == 187_107_328
+    assert p.components["attention"] == 61 * mla
+
+
+def test_deepseek_v3_routed_experts(dsv3):
+    routed = 58 * 256 * 3 * 7_168 * 2_048
+    assert routed == 653_908_770_816
+    assert dsv3.params.components["routed_experts"] == routed
+    assert dsv3.routed_expert_params == routed
+    assert sum(dsv3.layer_expert_params) == routed
+    assert dsv3.layer_expert_params == (0,) * 3 + (256 * 3 * 7_168 * 2_048,) * 58
+    assert (dsv3.num_experts, dsv3.experts_per_token, dsv3.num_moe_layers) == (256, 8, 58)
+
+
+def test_deepseek_v3_mtp_is_extra_not_in_total(dsv3):
+    assert dict(dsv3.params.extra) == {"mtp": 11_610_068_224}
+    assert dsv3.params.components["mtp"] == 0
+
+
+def test_deepseek_v3_activated(dsv3):
+    assert dsv3.flop_params == 36_625_618_432  # without the input embedding
+    assert dsv3.flop_params + dsv3.params.components["embedding"] == 37_552_297_472
+
+
+# ---------------------------------------------------------------- Llama 3.1
+LLAMA = {
+    "llama-3.1-8b": (525_336_576, 218_112_000, 32, 8_030_261_248, 4_096),
+    "llama-3.1-70b": (1_050_673_152, 855_654_400, 80, 70_553_706_496, 8_192),
+    "llama-3.1-405b": (2_101_346_304, 3_187_703_808, 126, 405_853_388_800, 16_384),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LLAMA))
+def test_llama_rows(name):
+    emb, layer, n_layers, total, h = LLAMA[name]
+    spec = load_model(name)
+    assert spec.params.total == total
+    g = _groups(spec)
+    assert g["embedding"] == (1, emb)
+    assert g["head"] == (1, emb)
+    assert g["layers"] == (n_layers, layer)
+    assert g["final_norm"] == (1, h)
+    assert spec.num_layers == n_layers and spec.layer_params == (layer,) * n_layers
+    assert 2 * emb + n_layers * layer + h == total
+    assert spec.num_key_value_heads == 8
+
+
+def test_llama_405b_with_16_kv_heads():
+    cfg = _config("llama-3.1-405b")
+    assert cfg["num_key_value_heads"] == 8
+    cfg["num_key_value_heads"] = 16
+    spec = model_from_config(cfg, name="llama-3.1-405b-kv16")
+    assert spec.params.total == 410_081_247_232
+    assert spec.num_key_value_heads == 16
+
+
+# ---------------------------------------------------------------- the small model and GPT-2
+def test_small_model():
+    spec = load_model("small-3.7m")
+    assert spec.params.total == 3_688_704
+    g = _groups(spec)
+    assert g["embedding"] == (1, 2_048 * 256) == (1, 524_288)
+    assert g["position_embedding"] == (1, 64 * 256) == (1, 16_384)
+    assert g["head"] == (1, 0)  # tied
+    assert g["layers"] == (4, 786_944)
+    assert g["final_norm"] == (1, 256)
+    assert 4 * 256**2 + 2 * 256 * 1_024 + 2 * 256 == 786_944
+
+
+GPT2_124M = {
+    "model_type": "gpt2", "vocab_size": 50_257, "n_positions": 1_024, "n_embd": 768, "n_layer": 12,
+    "n_head": 12, "tie_word_embeddings": True,
+}
+
+
+def test_gpt2_124m_with_biases_and_layernorm():
+    spec = model_from_config(dict(GPT2_124M), name="gpt2")
+    assert spec.params.total == 124_439_808
+    g = _groups(spec)
+    assert g["layers"] == (12, 7_087_872)
+    assert g["final_norm"] == (1, 2 * 768)  # LayerNorm weight + bias
+    assert g["embedding"] == (1, 50_257 * 768) and g["position_embedding"] == (1, 1_024 * 768)
+
+
+def test_gpt2_defaults_are_bias_and_layernorm():
+    explicit = model_from_config({**GPT2_124M, "bias": True, "norm": "layernorm", "n_inner": 3_072})
+    assert explicit.params.total == 124_439_808
+
+
+# ---------------------------------------------------------------- both breakdowns sum to the total
+ALL_SPECS = SHIPPED + ["gpt2-124m", "llama-405b-kv16"]
+
+
+def _spec(name):
+    if name == "gpt2-124m":
+        return model_from_config(dict(GPT2_124M), name=name)
+    if name == "llama-405b-kv16":
+        return model_from_config({**_config("llama-3.1-405b"), "num_key_value_heads": 16}, name=name)
+    return load_model(name)
+
+
+@pytest.mark.parametrize("name", ALL_SPECS)
+def test_components_and_groups_sum_to_total(name):
+    p = _spec(name).params
+    assert tuple(p.components) == COMPONENT_KEYS
+    assert sum(p.components.values()) == p.total
+    assert sum(count * per for _, count, per in p.groups) == p.total
+    assert all(isinstance(v, int) and v >= 0 for v in p.components.values())
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_load_by_path_equals_load_by_name(name):
+    by_name = load_model(name)
+    by_path = load_model(MODELS_DIR / f"{name}.json")
+    assert by_path.params == by_name.params
+    assert by_path.name == name
+
+
+# ---------------------------------------------------------------- loader errors
+def test_unknown_model_name():
+    with pytest.raises(ValueError) as exc:
+        load_model("no-such-model")
+    msg = str(exc.value)
+    assert "unknown model 'no-such-model'" in msg
+    assert "qwen3.8-27b" in msg  # lists the known ones
+
+
+def test_malformed_json(tmp_path: Path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"model_type": "llama", "hidden_size": 4096,')
+    with pytest.raises(ValueError) as exc:
+        load_model(str(path))
+    msg = str(exc.value)
+    assert "malformed config" in msg and "invalid JSON" in msg and str(path) in msg
+
+
+def test_config_missing_hidden_size(tmp_path: Path):
+    cfg = _config("llama-3.1-8b")
+    del cfg["hidden_size"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError) as exc:
+        load_model(path)
+    assert "missing key 'hidden_size'" in str(exc.value)
+    assert str(path) in str(exc.value)
+    with pytest.raises(ValueError, match="missing key 'hidden_size'"):
+        model_from_config(cfg)
+
+
+def test_qwen_config_missing_hidden_size():
+    cfg = _config("qwen3.8-27b")
+    del cfg["text_config"]["hidden_size"]
+    with pytest.raises(ValueError, match="missing key 'hidden_size'"):
+        model_from_config(cfg)
+
+
+def test_unsupported_model_type(tmp_path: Path):
+    path = tmp_path / "mamba.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
+    with pytest.raises(ValueError) as exc:
+        load_model(path)
+    msg = str(exc.value)
+    assert "unsupported model_type 'mamba'" in msg
+    assert "llama" in msg and "deepseek_v3" in msg
+
+
+def test_bad_values_are_named():
+    cfg = {**_config("llama-3.1-8b"), "num_hidden_layers": 0}
+    with pytest.raises(ValueError, match="'num_hidden_layers' must be a positive integer, got 0"):
+        model_from_config(cfg)
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        model_from_config([1, 2])
+    with pytest.raises(ValueError, match="'norm' must be 'layernorm' or 'rmsnorm'"):
+        model_from_config({**GPT2_124M, "norm": "batchnorm"})
+
+
+def test_gpt2_n_inner_null_means_4h():
+    assert model_from_config({**GPT2_124M, "n_inner": None}).params.total == 124_439_808
+
+
+@pytest.mark.parametrize("bad", ["big", -5, 2.5])
+def test_gpt2_n_inner_is_validated(bad):
+    """BUG: model.py reads n_inner with cfg.get(...) unchecked: a string raises TypeError, -5 and 2.5 give
+    nonsense (fractional) parameter counts instead of a ValueError naming the key."""
+    with pytest.raises(ValueError, match="'n_inner'"):
+        model_from_config({**GPT2_124M, "n_inner": bad})
+
+
+def test_qwen_text_config_must_be_an_object():
+    """BUG: a non-object text_config (e.g. 5) raises TypeError instead of a ValueError."""
+    with pytest.raises(ValueError, match="text_config"):
+        model_from_config({"model_type": "qwen3_5", "text_config": 5})
+
+
+@pytest.mark.parametrize("key", ["num_key_value_heads", "head_dim"])
+def test_llama_zero_heads_rejected(key):
+    """BUG: _llama reads num_key_value_heads and head_dim with _get (non-negative), so 0 is accepted; with 0 KV
+    heads, evaluate() divides by zero once cp > 1."""
+    with pytest.raises(ValueError, match=f"'{key}' must be a positive integer"):
+        model_from_config({**_config("llama-3.1-8b"), key: 0})

@@ -1,0 +1,228 @@
+"""Deterministic checks of ``Plan``/``evaluate`` beyond the lab rows: the most-loaded pipeline stage, the
+bytes-per-parameter variants, notes, the report's dict, and the validation of the smaller modules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from meshplan import (FSDP2_BPP, MEGATRON_BPP, Mesh, Plan, activations, collectives, cp, ep, evaluate, load_hardware,
+                      load_model, model_from_config, pp, published, zero)
+from meshplan.lab import LAB_8_GPUS, lab_plan
+from meshplan.mesh import parse_order
+
+P = 27_781_427_952
+
+
+def stages(spec, n_stages: int) -> list[int]:
+    """Parameters of every pipeline stage: its layers; stage 0 also the input embedding (with learned
+    positions) and the vision tower; the last stage the output head, the final norm and the MTP module."""
+    per = spec.num_layers // n_stages
+    comps = spec.params.components
+    final_norm = {name: count * size for name, count, size in spec.params.groups}["final_norm"]
+    out = []
+    for k in range(n_stages):
+        x = sum(spec.layer_params[k * per:(k + 1) * per])
+        if k == 0:
+            x += comps["embedding"] + comps["vision"]
+        if k == n_stages - 1:
+            x += comps["head"] + final_norm + comps["mtp"] + spec.params.extra.get("mtp", 0)
+        out.append(x)
+    assert sum(out) == spec.params.total + spec.params.extra.get("mtp", 0)
+    return out
+
+
+@pytest.mark.parametrize("name", ["qwen3.8-27b", "llama-3.1-8b", "llama-3.1-405b", "small-3.7m", "deepseek-v3"])
+def test_stage_balance_max_is_the_most_loaded_stage(name):
+    spec = load_model(name)
+    for n in [d for d in range(2, 65) if spec.num_layers % d == 0]:
+        r = evaluate(Plan(model=spec, gpus=n, pp=n, stage_balance="max", gpus_per_node=1))
+        assert r.params_per_gpu == max(stages(spec, n)), (name, n)
+        even = evaluate(Plan(model=spec, gpus=n, pp=n, gpus_per_node=1))
+        assert even.params_per_gpu == spec.params.total / n
+        assert r.params_per_gpu >= even.params_per_gpu
+
+
+def test_stage_balance_max_anchor_pp4():
+    spec = load_model("qwen3.8-27b")
+    r = evaluate(Plan(model=spec, gpus=4, pp=4, stage_balance="max"))
+    # stage 0: 12 linear + 4 full layers + embedding + vision tower
+    assert r.params_per_gpu == 12 * 383_273_184 + 4 * 372_255_232 + 1_271_398_400 + 460_730_096 == 7_820_427_632
+
+
+def test_stage_balance_max_counts_a_layernorm_final_norm():
+    """BUG: the last stage adds ``hidden_size`` for the final norm, but a GPT-2 LayerNorm with bias has 2h
+    parameters. With an untied head and a single learned position the last stage is the heaviest."""
+    cfg = {"model_type": "gpt2", "vocab_size": 1000, "n_positions": 1, "n_embd": 64, "n_layer": 2, "n_head": 4,
+           "tie_word_embeddings": False}
+    spec = model_from_config(cfg, name="gpt2-untied")
+    first, last = stages(spec, 2)
+    assert last - first == 64  # the final norm's bias
+    r = evaluate(Plan(model=spec, gpus=2, pp=2, stage_balance="max"))
+    assert r.params_per_gpu == last
+
+
+def test_bytes_per_param_variants():
+    assert (zero.DEFAULT_BPP.total, MEGATRON_BPP.total, FSDP2_BPP.total) == (16, 18, 16)
+    assert (zero.DEFAULT_BPP.optimizer, MEGATRON_BPP.optimizer, FSDP2_BPP.optimizer) == (12, 12, 8)
+    for n in (1, 2, 8, 64):
+        # Megatron's distributed optimizer: 6 + 12/dp bytes per parameter
+        assert zero.model_states_bytes(P, 1, n, MEGATRON_BPP) == pytest.approx((6 + 12 / n) * P, rel=1e-12)
+        assert zero.model_states_bytes(P, 3, n, FSDP2_BPP) == pytest.approx(16 * P / n, rel=1e-12)
+    r = evaluate(Plan.create("qwen3.8-27b", gpus=8, bytes_per_param=MEGATRON_BPP))
+    assert r.memory_bytes["model_states"] == 18 * P
+    assert r.model_states_terms["grads"] == 4 * P
+
+
+def test_zero_validation():
+    with pytest.raises(ValueError, match="zero=4 must be 0, 1, 2 or 3"):
+        zero.model_states_bytes(P, 4, 8)
+    with pytest.raises(ValueError, match="dp=0 must be a positive integer"):
+        zero.model_states_bytes(P, 1, 0)
+    assert [zero.zero_comm_factor(s) for s in range(4)] == [2, 2, 2, 3]
+
+
+def test_report_notes_and_heaviest_dim():
+    tp8 = evaluate(lab_plan(LAB_8_GPUS[2]))
+    assert tp8.heaviest_dim == "tp"
+    assert tp8.notes == ("tp=8 > 4 KV heads: each KV head is replicated on 2 GPUs (the extra k/v weights are not "
+                         "counted)",)
+    tp2pp4 = evaluate(lab_plan(LAB_8_GPUS[3]))
+    assert tp2pp4.notes == ("full recompute re-runs the forward's 2 TP collectives per layer; not counted "
+                            "(lab convention)",)
+    assert evaluate(lab_plan(LAB_8_GPUS[0])).heaviest_dim == "dp"
+    single = evaluate(Plan.create("small-3.7m", gpus=1))
+    assert single.heaviest_dim is None and single.notes == ()
+    assert all(v == 0 for v in single.comm_bytes_per_step.values())
+
+
+def test_to_dict_round_trips_through_json():
+    r = evaluate(lab_plan(LAB_8_GPUS[3]))
+    d = json.loads(json.dumps(r.to_dict()))
+    assert d["mesh"] == {"tp": 2, "cp": 1, "ep": 1, "dp": 1, "pp": 4}
+    assert d["settings"]["recompute"] == "full" and d["settings"]["sequence_parallel"] is True
+    assert d["bubble"] == 0.375 and d["bubble_share_of_time"] == 3 / 11
+    assert d["memory_bytes"] == dict(r.memory_bytes)
+
+
+def test_plan_create_defaults_dp():
+    assert Plan.create("qwen3.8-27b", gpus=64, tp=8, pp=2).dp == 4
+    assert Plan.create("qwen3.8-27b", gpus=64, tp=4, cp=2, pp=2).dp == 4
+    with pytest.raises(ValueError, match=r"tp×cp×pp = 8×1×3 = 24 does not divide gpus=64"):
+        Plan.create("qwen3.8-27b", gpus=64, tp=8, pp=3)
+    with pytest.raises(ValueError, match="model=.* must be a ModelSpec"):
+        Plan(model="qwen3.8-27b", gpus=1)
+
+
+def test_kv_replication_switch():
+    spec = load_model("qwen3.8-27b")  # 4 KV heads
+    assert Plan(model=spec, gpus=8, tp=8).tp == 8
+    with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
+        Plan(model=spec, gpus=8, tp=8, kv_replication=False)
+    with pytest.raises(ValueError, match=r"^tp=3 does not divide 4 KV heads \(and 4 KV heads do not divide tp=3"):
+        Plan(model=spec, gpus=3, tp=3)
+    with pytest.raises(ValueError, match="^tp=12 does not divide 16 linear-attention key heads$"):
+        Plan(model=spec, gpus=12, tp=12, gpus_per_node=12)
+
+
+def test_context_parallel_split_of_the_gradient_ring():
+    """dp·cp ranks sync gradients as a two-level ring: 2(c−1)/c·G under cp, 2(d−1)/d·G/c under dp."""
+    spec = load_model("llama-3.1-8b")
+    r = evaluate(Plan(model=spec, gpus=16, cp=4, dp=4, seq=8192))
+    g = 2 * spec.params.total
+    kv = (4 - 1) / 4 * 8192 * spec.kv_width * 2 * 32 * 8  # K/V all-gather: 32 layers, m = 8
+    assert r.comm_bytes_per_step["cp"] == pytest.approx(2 * 3 / 4 * g + kv, rel=1e-12)
+    assert r.comm_bytes_per_step["dp"] == pytest.approx(2 * 3 / 4 * g / 4, rel=1e-12)
+    # the two levels together send exactly what a flat ring over the 16 dp·cp ranks sends: 2·15/16·G
+    flat = collectives.ring_all_reduce_bytes(16, g)
+    assert r.comm_bytes_per_step["cp"] - kv + r.comm_bytes_per_step["dp"] == pytest.approx(flat, rel=1e-12)
+    assert (r.link["cp"], r.link["dp"]) == ("nvlink", "infiniband")
+
+
+def test_expert_parallel_deepseek():
+    spec = load_model("deepseek-v3")
+    r = evaluate(Plan(model=spec, gpus=64, dp=64, ep=64, zero=1))
+    experts = spec.routed_expert_params
+    dense = spec.params.total - experts
+    assert r.params_per_gpu == dense + experts / 64
+    # experts are sharded over dp/ep = 1 rank: their optimizer states stay whole
+    assert r.model_states_terms["master"] == pytest.approx(4 * dense / 64 + 4 * experts / 64, rel=1e-12)
+    a2a = 4 * 63 / 64 * 4096 * 8 * 7168 * 2 * 58 * 8
+    assert r.comm_bytes_per_step["ep"] == pytest.approx(a2a, rel=1e-12)
+    assert r.link["ep"] == "infiniband"
+    assert ep.experts_per_gpu(256, 64) == 4
+    with pytest.raises(ValueError, match="ep=3 does not divide 256 experts"):
+        ep.experts_per_gpu(256, 3)
+
+
+def test_small_module_validation():
+    with pytest.raises(ValueError, match="recompute='some'"):
+        activations.activation_bytes_per_layer(4096, 1, 5120, 24, recompute="some")
+    with pytest.raises(ValueError, match="group size n=0"):
+        collectives.ring_factor(0)
+    with pytest.raises(ValueError, match="bandwidth"):
+        collectives.transfer_time_s(1.0, 0)
+    with pytest.raises(ValueError, match="micro_batches=0"):
+        pp.bubble_fraction(4, 0)
+    with pytest.raises(ValueError, match="2 × ranks = 8 does not divide tokens=12"):
+        cp.causal_load(12, 4, zigzag=True)
+    assert cp.causal_load(12, 4) == (6, 15, 24, 33)
+    with pytest.raises(ValueError, match="unknown published figure 'nope'"):
+        published.value("nope")
+    assert "arXiv:2412.19437" in published.source("deepseek_v3_pretraining_gpu_hours")
+    assert activations.pipeline_inflight_layers(64, 8, 4) == 32  # m < p: m micro-batches of L/p layers
+    assert activations.pipeline_inflight_layers(64, 8, 32, 4) == 64 * (1 + 7 / 32) == 78
+
+
+def test_mesh_validation():
+    assert parse_order("tp-cp-ep-dp-pp") == ("tp", "cp", "dp", "pp")
+    for bad in ("tp-cp-pp", "tp-cp-pp-dp-dp", "tp-cp-ep-ep-pp-dp"):
+        with pytest.raises(ValueError, match="must name tp, cp, pp and dp once each"):
+            parse_order(bad)
+    with pytest.raises(ValueError, match="ep=3 does not divide dp×cp = 4×1 = 4"):
+        Mesh({"tp": 1, "cp": 1, "pp": 1, "dp": 4}, ep=3)
+    m = Mesh({"tp": 2, "cp": 1, "pp": 1, "dp": 2})
+    with pytest.raises(ValueError, match="rank=4 is not in 0..3"):
+        m.coords(4)
+    with pytest.raises(ValueError, match="axis='xp'"):
+        m.group(0, "xp")
+
+
+def test_hardware():
+    hw = load_hardware()
+    assert (hw.gpu_memory_bytes, hw.gpus_per_node, hw.nvlink_bytes_per_s, hw.infiniband_bytes_per_s,
+            hw.effective_flop_per_s) == (80e9, 8, 160e9, 50e9, 400e12)
+    assert hw.nvlink_bytes_per_s / hw.infiniband_bytes_per_s == 3.2
+    assert dict(hw.sources)["nvlink_bytes_per_s"].startswith("DeepSeek-V3")
+
+
+def test_hardware_malformed(tmp_path):
+    path = tmp_path / "hw.json"
+    path.write_text(json.dumps({"gpu_memory_bytes": {"value": 1}}))
+    with pytest.raises(ValueError, match="malformed hardware file"):
+        load_hardware(str(path))
+
+
+def test_min_gpus_for_states():
+    from meshplan.zero import min_gpus_for_states
+    assert min_gpus_for_states(P, 80e9) == 6  # 444.5 GB / 80 GB = 5.6 -> 6
+    assert min_gpus_for_states(P, 80e9, MEGATRON_BPP) == 7  # 500.1 GB
+    assert min_gpus_for_states(5e9, 80e9) == 1  # exactly 80 GB
+    assert min_gpus_for_states(load_model("llama-3.1-405b").params.total, 80e9) == 82
+    with pytest.raises(ValueError, match="gpu_memory_bytes=0 must be positive"):
+        min_gpus_for_states(P, 0)
+
+
+def test_step_time_and_tflops():
+    from meshplan import compute
+    from meshplan.units import fmt_tflops
+    fp = load_model("qwen3.8-27b").flop_params
+    assert compute.step_flop(fp, 4096) == 6 * fp * 4096
+    assert compute.step_flop(fp, 4096, "full") == 8 * fp * 4096
+    assert f"{compute.step_time_s(fp, 4096, 400e12):.2f}" == "1.57"
+    assert compute.step_time_s(fp, 4096, 400e12, "full") == pytest.approx(2 * compute.backward_time_s(fp, 4096, 400e12))
+    with pytest.raises(ValueError, match="must be positive"):
+        compute.step_time_s(fp, 4096, 0)
+    assert fmt_tflops(4e14) == "400 TFLOP/s"
+    assert fmt_tflops(380e12, 1) == "380.0 TFLOP/s"
