@@ -7,6 +7,7 @@ readable table. Bad input: one line on stderr naming the factor, exit code 2, no
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -54,12 +55,10 @@ def _gb(text):
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m meshplan", description="Plan LLM-training parallelism.")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) -> None:
+    """The options that describe one plan (shared by ``plan`` and by commands that take a plan)."""
     hw = load_hardware()
-    p = sub.add_parser("plan", help="evaluate one plan: memory per GPU, bytes per dimension, links, bubble")
-    p.add_argument("--model", required=True, help="a file stem in data/models/ or a path to a config.json")
+    p.add_argument("--model", required=model_required, help="a file stem in data/models/ or a path to a config.json")
     p.add_argument("--gpus", required=True, type=_int("gpus"))
     p.add_argument("--gpus-per-node", type=_int("gpus-per-node"), default=hw.gpus_per_node)
     p.add_argument("--gpu-memory-gb", type=_gb, default=hw.gpu_memory_bytes / GB)
@@ -75,7 +74,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--order", default=DEFAULT_ORDER, help="mesh axes from inner to outer, e.g. tp-cp-pp-dp")
     p.add_argument("--no-sp", action="store_true", help="switch sequence parallelism off")
     p.add_argument("--stage-balance", choices=("even", "max"), default="even")
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The ``Plan`` described by the options of ``add_plan_options`` (ValueError for an invalid plan)."""
+    return Plan.create(
+        args.model, gpus=args.gpus, dp=args.dp, tp=args.tp, cp=args.cp, ep=args.ep, pp=args.pp, zero=args.zero,
+        recompute=args.recompute, seq=args.seq, micro_batch_size=args.micro_batch_size,
+        micro_batches=args.micro_batches, virtual_stages=args.virtual_stages, order=args.order,
+        gpus_per_node=args.gpus_per_node, gpu_memory_bytes=args.gpu_memory_gb * GB,
+        sp=False if args.no_sp else None, stage_balance=args.stage_balance,
+    )
+
+
+# Modules that add a sub-command: each defines ``add_command(subparsers)``, which registers its parser with
+# ``set_defaults(run=function)``; ``function(args)`` returns the exit code and raises ValueError for bad input.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m meshplan", description="Plan LLM-training parallelism.")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    p = sub.add_parser("plan", help="evaluate one plan: memory per GPU, bytes per dimension, links, bubble")
+    add_plan_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=_plan)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"meshplan.{name}").add_command(sub)
     return parser
 
 
@@ -117,13 +142,7 @@ def format_report(report) -> str:
 
 
 def _plan(args) -> int:
-    plan = Plan.create(
-        args.model, gpus=args.gpus, dp=args.dp, tp=args.tp, cp=args.cp, ep=args.ep, pp=args.pp, zero=args.zero,
-        recompute=args.recompute, seq=args.seq, micro_batch_size=args.micro_batch_size,
-        micro_batches=args.micro_batches, virtual_stages=args.virtual_stages, order=args.order,
-        gpus_per_node=args.gpus_per_node, gpu_memory_bytes=args.gpu_memory_gb * GB,
-        sp=False if args.no_sp else None, stage_balance=args.stage_balance,
-    )
+    plan = plan_from_args(args)
     report = evaluate(plan)
     if args.json:
         print(json.dumps(report.to_dict()))
@@ -137,8 +156,8 @@ def main(argv=None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            raise _UsageError("a command is required: plan")
-        return {"plan": _plan}[args.command](args)
+            raise _UsageError("a command is required: " + ", ".join(parser._subparsers._group_actions[0].choices))
+        return args.run(args)
     except (_UsageError, ValueError) as exc:
         print(f"meshplan: error: {exc}", file=sys.stderr)
         return 2
