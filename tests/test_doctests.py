@@ -10,18 +10,16 @@ import pytest
 
 import meshplan
 
-# modules whose docstrings carry examples (each must attempt at least one)
-WITH_EXAMPLES = [
-    "activations", "collectives", "compute", "cp", "derive", "dp", "ep", "hardware", "lab", "mesh", "model",
-    "plan", "pp", "published", "tp", "units", "widgets", "zero",
-]
 WITHOUT_EXAMPLES = ["__init__", "cli"]  # still run: any example added later must pass
 NOT_IMPORTED = ["__main__"]  # runs the command line on import
+# every other module of the package must carry at least one example in its docstrings
+WITH_EXAMPLES = sorted({m.name for m in pkgutil.iter_modules(meshplan.__path__)}
+                       - set(WITHOUT_EXAMPLES) - set(NOT_IMPORTED))
 
 
-def test_every_module_is_covered():
-    found = {m.name for m in pkgutil.iter_modules(meshplan.__path__)}
-    assert found | {"__init__"} == set(WITH_EXAMPLES) | set(WITHOUT_EXAMPLES) | set(NOT_IMPORTED)
+def test_core_modules_are_covered():
+    # a guard against the discovery above silently finding nothing
+    assert {"model", "plan", "mesh", "zero", "collectives", "widgets"} <= set(WITH_EXAMPLES)
 
 
 def _module(name: str):

@@ -11,11 +11,16 @@ bandwidth. Source: Patarasuk & Yuan 2009 (ring all-reduce); Rajbhandari et al. 2
 * naive gather to rank 0: rank 0 receives (n−1) × size (and must send as much back to broadcast
   the result); the lab page quotes this one-way figure.
 
+``ring_all_reduce_schedule`` lists every transfer of the ring step by step and ``run_ring_all_reduce``
+replays it on numpy arrays (the chapter-2 figure and its test).
+
     >>> ring_all_reduce_bytes(8, 100.0)
     175.0
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 def _check_n(n: int) -> None:
@@ -63,3 +68,82 @@ def transfer_time_s(n_bytes: float, bytes_per_s: float) -> float:
     if bytes_per_s <= 0:
         raise ValueError(f"bandwidth {bytes_per_s!r} B/s must be positive")
     return n_bytes / bytes_per_s
+
+
+# ---------------------------------------------------------------- the ring, step by step
+@dataclass(frozen=True)
+class RingSend:
+    """One transfer of a ring all-reduce: at ``step`` (0-based), ``src`` sends chunk ``chunk`` to ``dst``.
+
+    ``phase`` is ``"reduce-scatter"`` (the receiver adds the chunk to its own) or ``"all-gather"`` (the
+    receiver overwrites its copy with the finished chunk).
+    """
+
+    step: int
+    phase: str
+    src: int
+    dst: int
+    chunk: int
+
+
+def ring_all_reduce_schedule(n: int) -> tuple[RingSend, ...]:
+    """Who sends which chunk to whom at each of the 2(n−1) steps of a ring all-reduce over ``n`` ranks.
+
+    The buffer is cut into n chunks; rank r always sends to rank (r + 1) mod n.
+
+    * reduce-scatter, steps k = 0 … n−2: rank r sends chunk (r − k) mod n, the receiver adds it. After
+      n−1 steps rank r holds the complete sum of chunk (r + 1) mod n.
+    * all-gather, steps k = n−1 … 2n−3 (j = k − (n−1)): rank r sends chunk (r + 1 − j) mod n, the receiver
+      stores it. After n−1 more steps every rank holds every summed chunk.
+
+    Each rank sends one chunk (size/n) per step: 2(n−1) × size/n = ``ring_all_reduce_bytes``. Source:
+    Patarasuk & Yuan 2009; the same schedule as NCCL's ring and Gibiansky's (Baidu) 2017 write-up.
+
+        >>> [(s.step, s.src, s.dst, s.chunk) for s in ring_all_reduce_schedule(2)]
+        [(0, 0, 1, 0), (0, 1, 0, 1), (1, 0, 1, 1), (1, 1, 0, 0)]
+        >>> len(ring_all_reduce_schedule(4))  # 2(n−1) steps × n sends
+        24
+    """
+    _check_n(n)
+    sends = []
+    for k in range(n - 1):
+        sends += [RingSend(k, "reduce-scatter", r, (r + 1) % n, (r - k) % n) for r in range(n)]
+    for j in range(n - 1):
+        sends += [RingSend(n - 1 + j, "all-gather", r, (r + 1) % n, (r + 1 - j) % n) for r in range(n)]
+    return tuple(sends)
+
+
+def run_ring_all_reduce(buffers) -> tuple[list, list[int]]:
+    """Replay ``ring_all_reduce_schedule`` on real arrays: ``buffers[r]`` is rank r's 1-D numpy array.
+
+    Returns (the arrays each rank holds at the end, the bytes each rank sent). Every step reads the chunks
+    as they were before the step (sends happen simultaneously). The arrays are split into n chunks with
+    ``numpy.array_split``, so the bytes per rank equal 2(n−1)/n × the buffer's bytes exactly when n divides
+    its length.
+
+        >>> import numpy as np
+        >>> out, sent = run_ring_all_reduce([np.arange(4.0), np.ones(4)])
+        >>> out[0].tolist(), out[1].tolist(), sent
+        ([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0], [32, 32])
+    """
+    import numpy as np
+
+    n = len(buffers)
+    _check_n(n)
+    first = np.asarray(buffers[0])
+    if any(np.asarray(b).shape != first.shape for b in buffers) or first.ndim != 1:
+        raise ValueError("every rank needs a 1-D buffer of the same length")
+    chunks = [[c.copy() for c in np.array_split(np.asarray(b), n)] for b in buffers]
+    sent = [0] * n
+    schedule = ring_all_reduce_schedule(n)
+    for step in range(2 * (n - 1)):
+        moves = [s for s in schedule if s.step == step]
+        payload = {(s.src, s.chunk): chunks[s.src][s.chunk].copy() for s in moves}
+        for s in moves:
+            data = payload[(s.src, s.chunk)]
+            sent[s.src] += data.nbytes
+            if s.phase == "reduce-scatter":
+                chunks[s.dst][s.chunk] = chunks[s.dst][s.chunk] + data
+            else:
+                chunks[s.dst][s.chunk] = data
+    return [np.concatenate(c) for c in chunks], sent

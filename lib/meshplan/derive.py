@@ -96,3 +96,57 @@ def bubble_share() -> sp.Expr:
 def pretty(expr: sp.Expr) -> str:
     """A plain-text rendering with Ψ and no ``*``: ``4*Psi + 12*Psi/N`` → ``4Ψ + 12Ψ/N``."""
     return str(expr).replace("*", "").replace("Psi", "Ψ")
+
+
+# ---------------------------------------------------------------- chapters 2-4
+t = sp.symbols("t", positive=True)
+s, b, h = sp.symbols("s b h", positive=True)
+
+
+def ring_step_table(n: int) -> list[tuple[int, str, sp.Expr, sp.Expr]]:
+    """The ring all-reduce of a buffer of size 1 over ``n`` ranks, step by step: (step, phase, chunk each
+    rank sends, running total sent per rank). The last total is 2(n−1)/n.
+
+        >>> ring_step_table(4)[-1]
+        (6, 'all-gather', 1/4, 3/2)
+    """
+    chunk = sp.Rational(1, n)
+    rows, total = [], sp.Integer(0)
+    for k in range(1, 2 * (n - 1) + 1):
+        total += chunk
+        rows.append((k, "reduce-scatter" if k <= n - 1 else "all-gather", chunk, total))
+    return rows
+
+
+def naive_gather_volume() -> sp.Expr:
+    """Gathering to one rank: the other N−1 ranks each send it all Ψ elements: (N−1)Ψ arrive there."""
+    return sp.expand((N - 1) * Psi)
+
+
+def naive_over_ring() -> sp.Expr:
+    """What reaches rank 0 in the naive gather over what each rank sends in the ring: N/2."""
+    return sp.simplify(naive_gather_volume() / dp_volume())
+
+
+def zero_stage_volume() -> dict[int, sp.Expr]:
+    """Elements each rank sends per step for ZeRO stages 0–3 over N ranks, built from the collectives:
+    stage 0 an all-reduce (reduce-scatter + all-gather); stages 1–2 a gradient reduce-scatter and a weight
+    all-gather; stage 3 two weight all-gathers (forward, backward) and a gradient reduce-scatter.
+
+        >>> zero_stage_volume()[3]
+        3*Psi - 3*Psi/N
+    """
+    one = (N - 1) / N * Psi          # one reduce-scatter or all-gather of Ψ elements
+    parts = {0: [one, one], 1: [one, one], 2: [one, one], 3: [one, one, one]}
+    return {stage: sp.expand(sp.Add(*p)) for stage, p in parts.items()}
+
+
+def sp_equals_all_reduce() -> sp.Expr:
+    """Sequence parallel: all-gather + reduce-scatter − all-reduce over t ranks = 0 (per element)."""
+    return sp.simplify((t - 1) / t + (t - 1) / t - 2 * (t - 1) / t)
+
+
+def tp_layer_volume() -> sp.Expr:
+    """Elements one rank sends per layer per micro-batch under TP: 4 all-reduces of s·b·h, each 2(t−1)/t:
+    8sbh(t−1)/t (Narayanan et al. 2021 §3.2)."""
+    return sp.factor(4 * 2 * (t - 1) / t * s * b * h)

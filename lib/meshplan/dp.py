@@ -12,7 +12,7 @@ ignored. The naive alternative gathers everything to rank 0: (N−1) × gradient
 from __future__ import annotations
 
 from .collectives import naive_gather_bytes
-from .zero import zero_sync_bytes
+from .zero import DEFAULT_BPP, BytesPerParam, model_states_bytes, zero_sync_bytes
 
 GRAD_BYTES_PER_PARAM = 2  # bf16 gradients on the wire
 
@@ -29,3 +29,14 @@ def naive_gather_bytes_per_step(params: float, dp: int, grad_bytes_per_param: in
         3500
     """
     return naive_gather_bytes(dp, params * grad_bytes_per_param)
+
+
+def replica_states_bytes(params: float, dp: int, bpp: BytesPerParam = DEFAULT_BPP) -> float:
+    """Model states each of ``dp`` plain data-parallel replicas holds: bpp × Ψ, whatever ``dp`` is.
+
+    Data parallelism divides the batch, never the model: every replica keeps every term.
+
+        >>> round(replica_states_bytes(27_781_427_952, 64) / 1e9, 1)
+        444.5
+    """
+    return model_states_bytes(params, zero_stage=0, dp=dp, bpp=bpp)

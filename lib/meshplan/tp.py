@@ -16,7 +16,9 @@ these collectives block the layer.
 
 from __future__ import annotations
 
-from .collectives import ring_all_reduce_bytes
+from dataclasses import dataclass
+
+from .collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
 
 TP_COLLECTIVES_PER_LAYER = 4
 ACT_BYTES = 2  # bf16 activations
@@ -30,3 +32,65 @@ def tp_bytes_per_layer(s: int, b: int, h: int, t: int, act_bytes: int = ACT_BYTE
 def tp_bytes_per_step(s: int, b: int, h: int, layers: int, t: int, micro_batches: int, act_bytes: int = ACT_BYTES) -> float:
     """Bytes one GPU sends per step: per-layer bytes × the ``layers`` it holds × micro-batches."""
     return tp_bytes_per_layer(s, b, h, t, act_bytes) * layers * micro_batches
+
+
+@dataclass(frozen=True)
+class HeadSplit:
+    """How attention heads spread over t tensor-parallel ranks.
+
+    q_heads_per_gpu: query heads each GPU computes; kv_heads_per_gpu: distinct KV heads each GPU holds;
+    kv_replicas: on how many GPUs each KV head is stored (1 = no replication).
+    """
+
+    t: int
+    q_heads_per_gpu: int
+    kv_heads_per_gpu: int
+    kv_replicas: int
+
+
+def head_split(num_attention_heads: int, num_kv_heads: int, t: int) -> HeadSplit:
+    """Split attention by heads over ``t`` ranks (Megatron: each rank owns whole heads, so no communication
+    inside attention; the output projection is row-parallel).
+
+    Query heads must divide by t. KV heads: if t divides them each rank owns kv/t; if t is a multiple of
+    them (t > kv), a rank cannot own a fraction of a head, so each KV head is **replicated** on t/kv ranks
+    (its k/v weights and K/V activations stored and computed t/kv times; ``Plan.kv_replication``);
+    otherwise the split is impossible. Source: Ainslie et al. 2023 (GQA); Megatron-LM requires
+    ``num_query_groups % tp == 0`` and vLLM replicates KV heads when tp > KV heads.
+
+        >>> head_split(24, 4, 8)
+        HeadSplit(t=8, q_heads_per_gpu=3, kv_heads_per_gpu=1, kv_replicas=2)
+    """
+    for name, x in (("t", t), ("num_attention_heads", num_attention_heads), ("num_kv_heads", num_kv_heads)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name}={x!r} must be a positive integer")
+    if num_attention_heads % t:
+        raise ValueError(f"tp={t} does not divide {num_attention_heads} attention heads")
+    if num_kv_heads % t == 0:
+        return HeadSplit(t, num_attention_heads // t, num_kv_heads // t, 1)
+    if t % num_kv_heads == 0:
+        return HeadSplit(t, num_attention_heads // t, 1, t // num_kv_heads)
+    raise ValueError(f"tp={t} does not divide {num_kv_heads} KV heads (and {num_kv_heads} KV heads do not "
+                     f"divide tp={t} for replication)")
+
+
+def tp_collectives_per_layer(s: int, b: int, h: int, t: int, sp: bool = False,
+                             act_bytes: int = ACT_BYTES) -> dict[str, float]:
+    """Bytes one GPU sends per layer per micro-batch, by collective.
+
+    Without SP: 2 all-reduces forward (after attention's and the MLP's row-parallel matmul) and 2 backward
+    (the gradients of their column-parallel inputs). With SP (Korthikanti 2022 §4.2.2) each all-reduce is
+    split into a reduce-scatter (out of the row-parallel matmul, into the sequence-sharded norm/dropout
+    region) and an all-gather (back into the column-parallel matmul): (t−1)/t + (t−1)/t = 2(t−1)/t, the
+    same bytes.
+
+        >>> sum(tp_collectives_per_layer(4096, 1, 5120, 8, sp=True).values()) == tp_bytes_per_layer(4096, 1, 5120, 8)
+        True
+    """
+    x = s * b * h * act_bytes
+    if not sp:
+        ar = ring_all_reduce_bytes(t, x)
+        return {"all-reduce (forward)": 2 * ar, "all-reduce (backward)": 2 * ar}
+    ag, rs = all_gather_bytes(t, x), reduce_scatter_bytes(t, x)
+    return {"all-gather (forward)": 2 * ag, "reduce-scatter (forward)": 2 * rs,
+            "all-gather (backward)": 2 * ag, "reduce-scatter (backward)": 2 * rs}

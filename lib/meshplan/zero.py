@@ -129,3 +129,24 @@ def zero_sync_bytes(n: int, grad_bytes: float, zero_stage: int = 0) -> float:
     if zero_comm_factor(zero_stage) == 3:
         return 2 * all_gather_bytes(n, grad_bytes) + reduce_scatter_bytes(n, grad_bytes)
     return ring_all_reduce_bytes(n, grad_bytes)
+
+
+def zero_sync_terms(n: int, grad_bytes: float, zero_stage: int = 0) -> dict[str, float]:
+    """The collectives behind ``zero_sync_bytes``, by name: bytes one rank sends per step for each.
+
+    Stage 0: one all-reduce of the gradients. Stages 1–2: a reduce-scatter of the gradients (each rank
+    keeps the sum of its shard) and an all-gather of the updated weights (ZeRO §7.2.1; same volume as the
+    all-reduce). Stage 3: the weights are all-gathered before each layer's forward and again before its
+    backward, and the gradients reduce-scattered (§7.2.2). The values sum to ``zero_sync_bytes``.
+
+        >>> {k: round(v / 1e9, 1) for k, v in zero_sync_terms(8, 2 * 27_781_427_952, 3).items()}
+        {'all-gather (weights, forward)': 48.6, 'all-gather (weights, backward)': 48.6, 'reduce-scatter (gradients)': 48.6}
+    """
+    _check_stage(zero_stage)
+    ag, rs = all_gather_bytes(n, grad_bytes), reduce_scatter_bytes(n, grad_bytes)
+    if zero_stage == 0:
+        return {"all-reduce (gradients)": ring_all_reduce_bytes(n, grad_bytes)}
+    if zero_stage in (1, 2):
+        return {"reduce-scatter (gradients)": rs, "all-gather (updated weights)": ag}
+    return {"all-gather (weights, forward)": ag, "all-gather (weights, backward)": ag,
+            "reduce-scatter (gradients)": rs}
