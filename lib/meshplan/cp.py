@@ -14,9 +14,19 @@ and gives rank i chunks i and 2c−1−i, which balances it exactly.
     (10, 26, 42, 58)
     >>> causal_load(16, 4, zigzag=True)
     (34, 34, 34, 34)
+
+Ulysses (Jacobs et al. 2023, DeepSpeed-Ulysses) re-shards with all-to-alls so that each rank holds whole
+attention heads for the whole sequence: its degree must divide the query heads and the KV heads, so the
+anchor's 4 KV heads cap it at 4 (``ulysses_max_degree``). Ring Attention has no such cap but passes K and
+V (``ring_kv_bytes_per_layer``); a linear-attention layer (Gated DeltaNet, Yang et al. 2024) carries only
+its recurrent state, heads × d_k × d_v per sequence, whatever the sequence length
+(``linear_state_bytes``).
 """
 
 from __future__ import annotations
+
+import json
+import math
 
 from .collectives import all_gather_bytes
 
@@ -61,3 +71,116 @@ def causal_load(tokens: int, ranks: int, zigzag: bool = False) -> tuple[int, ...
     if zigzag:
         return tuple(work(r) + work(chunks - 1 - r) for r in range(ranks))
     return tuple(work(r) for r in range(ranks))
+
+
+def _pos(name: str, x) -> None:
+    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        raise ValueError(f"{name}={x!r} must be a positive integer")
+
+
+def zigzag_chunks(ranks: int) -> tuple[tuple[int, int], ...]:
+    """The two chunks (0-based, of 2c) each rank holds under the zig-zag split: (r, 2c−1−r) (Llama 3 §3.3.2).
+
+        >>> zigzag_chunks(4)
+        ((0, 7), (1, 6), (2, 5), (3, 4))
+    """
+    _pos("ranks", ranks)
+    return tuple((r, 2 * ranks - 1 - r) for r in range(ranks))
+
+
+def token_ranges(tokens: int, ranks: int, zigzag: bool = False) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """The tokens (1-based, inclusive ranges) each rank holds: one contiguous range, or two with zig-zag.
+
+        >>> token_ranges(16, 4, zigzag=True)[0]
+        ((1, 2), (15, 16))
+    """
+    causal_load(tokens, ranks, zigzag)                       # validates the sizes
+    if not zigzag:
+        n = tokens // ranks
+        return tuple(((r * n + 1, (r + 1) * n),) for r in range(ranks))
+    n = tokens // (2 * ranks)
+    return tuple(tuple((c * n + 1, (c + 1) * n) for c in pair) for pair in zigzag_chunks(ranks))
+
+
+def load_imbalance(loads) -> float:
+    """The busiest rank's load over the mean: 1.0 is perfectly balanced (every rank waits for the busiest).
+
+        >>> round(load_imbalance(causal_load(16, 4)), 3)
+        1.706
+    """
+    loads = list(loads)
+    if not loads or min(loads) < 0 or sum(loads) == 0:
+        raise ValueError(f"loads={loads!r} must be non-negative with a positive sum")
+    return max(loads) / (sum(loads) / len(loads))
+
+
+def ring_kv_bytes_per_layer(s: int, b: int, kv_width: int, cp: int, act_bytes: int = ACT_BYTES) -> float:
+    """Bytes one rank sends for one full-attention layer in Ring Attention (forward): each of the c−1 hops
+    passes a K+V chunk of s/c tokens, (c−1)/c × the whole sequence's K and V (``collectives``' all-gather).
+
+        >>> round(ring_kv_bytes_per_layer(131072, 1, 2 * 4 * 256, 8) / 1e9, 2)
+        0.47
+    """
+    _pos("cp", cp)
+    if s % cp:
+        raise ValueError(f"cp={cp} does not divide seq={s}")
+    return all_gather_bytes(cp, kv_bytes_per_layer(s, b, kv_width, act_bytes))
+
+
+def ulysses_max_degree(num_heads: int, num_kv_heads: int) -> int:
+    """The largest Ulysses degree: it must divide the query heads and the KV heads, gcd(a, kv).
+
+        >>> ulysses_max_degree(24, 4)
+        4
+    """
+    _pos("num_heads", num_heads)
+    _pos("num_kv_heads", num_kv_heads)
+    return math.gcd(num_heads, num_kv_heads)
+
+
+def ulysses_heads_per_rank(num_heads: int, num_kv_heads: int, cp: int) -> tuple[int, int]:
+    """(query heads, KV heads) each rank holds after Ulysses' all-to-all; ValueError when cp does not divide
+    them (KV heads are not replicated here).
+
+        >>> ulysses_heads_per_rank(24, 4, 4)
+        (6, 1)
+    """
+    _pos("cp", cp)
+    if num_kv_heads % cp:
+        raise ValueError(f"cp={cp} does not divide {num_kv_heads} KV heads (Ulysses splits heads over the CP ranks)")
+    if num_heads % cp:
+        raise ValueError(f"cp={cp} does not divide {num_heads} attention heads (Ulysses splits heads over the CP ranks)")
+    return num_heads // cp, num_kv_heads // cp
+
+
+def linear_state_bytes(heads: int, key_dim: int, value_dim: int, b: int = 1, state_bytes: int = ACT_BYTES) -> float:
+    """Bytes of a linear-attention layer's recurrent state for b sequences: heads × d_k × d_v × bytes,
+    independent of the sequence length (bf16 by default, like the K/V above; an fp32 state doubles it).
+
+        >>> linear_state_bytes(48, 128, 128) / 1e6
+        1.572864
+    """
+    for name, x in (("heads", heads), ("key_dim", key_dim), ("value_dim", value_dim), ("b", b)):
+        _pos(name, x)
+    return heads * key_dim * value_dim * b * state_bytes
+
+
+def linear_attention_shape(model: str) -> dict[str, int]:
+    """The Gated DeltaNet shape of a ``qwen3_5`` model file in ``data/models/`` (its ``text_config``):
+    value heads, key head dim, value head dim.
+
+        >>> linear_attention_shape("qwen3.8-27b")
+        {'heads': 48, 'key_dim': 128, 'value_dim': 128}
+    """
+    from .model import MODELS_DIR
+
+    path = MODELS_DIR / f"{model}.json"
+    if not path.is_file():
+        raise ValueError(f"unknown model {model!r}")
+    cfg = json.loads(path.read_text())
+    t = cfg.get("text_config", cfg)
+    try:
+        return {"heads": t["linear_num_value_heads"], "key_dim": t["linear_key_head_dim"],
+                "value_dim": t["linear_value_head_dim"]}
+    except KeyError as exc:
+        raise ValueError(f"{model} has no linear-attention layers (missing {exc})") from None
