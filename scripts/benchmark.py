@@ -48,6 +48,23 @@ def bench_plans(repeat: int = 2000) -> None:
     print(f"Plan.create (loads the config) + evaluate: median {statistics.median(samples) * 1e3:.3f} ms")
 
 
+def bench_search(repeat: int = 5) -> None:
+    """Plan search (issue 5's target: <= 1 s for 16,384 GPUs): Llama 3 405B, s = 8,192, global batch 2,048."""
+    from meshplan.search import search
+
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = search("llama-3.1-405b", gpus=16384, seq=8192, global_batch=2048)
+        samples.append(time.perf_counter() - t0)
+    print(f"search(llama-3.1-405b, 16,384 GPUs): {result.enumerated:,} plans, {len(result.ranked):,} kept; "
+          f"median {statistics.median(samples):.3f} s, max {max(samples):.3f} s (target <= 1 s)")
+    t0 = time.perf_counter()
+    result = search("deepseek-v3", gpus=2048, seq=4096, global_batch=15360)
+    print(f"search(deepseek-v3, 2,048 GPUs): {result.enumerated:,} plans, {len(result.ranked):,} kept; "
+          f"{time.perf_counter() - t0:.3f} s")
+
+
 def timed(cmd: list[str]) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
@@ -59,6 +76,7 @@ def main() -> int:
     ap.add_argument("--full", action="store_true", help="also time a clean book build and pytest")
     args = ap.parse_args()
     bench_plans()
+    bench_search()
     if args.full:
         shutil.rmtree(ROOT / "_build", ignore_errors=True)
         print(f"clean book build (make book): {timed(['make', 'book']):.1f} s")

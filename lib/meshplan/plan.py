@@ -18,6 +18,12 @@
 * time per dimension = bytes ÷ the bandwidth of its link (NVLink or InfiniBand); overlap and latency
   ignored.
 * bubble = (p−1)/(m·v) of the ideal compute time.
+* uneven pipeline stages: by default pp (× v) must divide the layers. Real plans do not always: Llama 3
+  405B has 126 layers on PP 16 ("we reduce one Transformer layer each from the first and the last
+  stages", Llama 3 §3.3.2) and DeepSeek-V3 61 layers on PP 16. ``layers_per_stage`` names the layers of
+  every pipeline rank explicitly (``spread_layers`` builds the ends-lighter split); memory and bytes are
+  then those of the most-loaded stage: its parameters (by bytes per GPU) and, for activations, the stage
+  with the most layers × in-flight micro-batches under 1F1B (stage k holds min(m, p−k) micro-batches).
 
     >>> r = evaluate(Plan.create("qwen3.8-27b", gpus=8, dp=8, zero=3, recompute="full"))
     >>> round(r.memory_bytes["total"] / 1e9, 1), r.fits, round(r.comm_bytes_per_step["dp"] / 1e9, 1)
@@ -28,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Mapping
 
 from . import activations as act
@@ -54,6 +60,43 @@ def _pos_int(name: str, value) -> None:
         raise ValueError(f"{name}={value} must be a positive integer")
 
 
+def spread_layers(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Layers per pipeline rank when pp does not divide them: every rank gets ⌈L/p⌉ layers, and the
+    ⌈L/p⌉·p − L layers too many are taken one each from the ends inwards (first, last, second,
+    second-to-last, ...), the ranks that also hold the embedding and the output head. Llama 3 §3.3.2 does
+    exactly this for 126 layers on PP 16 (one layer fewer on the first and the last stage).
+
+        >>> spread_layers(126, 16)
+        (7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7)
+        >>> spread_layers(61, 16)[:3], spread_layers(61, 16)[-2:], sum(spread_layers(61, 16))
+        ((3, 3, 4), (4, 3), 61)
+    """
+    _pos_int("num_layers", num_layers)
+    _pos_int("pp", pp)
+    if pp > num_layers:
+        raise ValueError(f"pp={pp} is more than {num_layers} layers (every stage needs at least one)")
+    per = -(-num_layers // pp)
+    out = [per] * pp
+    ends = [i for k in range((pp + 1) // 2) for i in dict.fromkeys((k, pp - 1 - k))]
+    for i in ends[:per * pp - num_layers]:
+        out[i] -= 1
+    return tuple(out)
+
+
+def stage_inflight_layers(layers_per_stage, micro_batches: int, virtual_stages: int = 1) -> float:
+    """Layers' worth of activations on the most-loaded pipeline rank under 1F1B with uneven stages:
+    max over ranks k of layers_k × min(m, p−k), × (1 + (p−1)/(p·v)) when interleaved (v > 1).
+    With equal stages this is Korthikanti's Eq. 5 (``activations.pipeline_inflight_layers``).
+
+        >>> stage_inflight_layers(spread_layers(126, 16), 16)   # rank 1: 8 layers × 15 micro-batches
+        120.0
+    """
+    p = len(layers_per_stage)
+    worst = max(n * min(micro_batches, p - k) for k, n in enumerate(layers_per_stage))
+    factor = 1 + (p - 1) / (p * virtual_stages) if virtual_stages > 1 else 1
+    return float(worst * factor)
+
+
 @dataclass(frozen=True)
 class Plan:
     """One parallel configuration. All sizes are counts; memory in bytes (GB = 10⁹ B).
@@ -71,6 +114,10 @@ class Plan:
         gpus_per_node, gpu_memory_bytes: the machine.
         bytes_per_param: named terms (16 B default).
         stage_balance: ``"even"`` (the lab page) or ``"max"`` (the most-loaded pipeline stage).
+        layers_per_stage: ``None`` (strict: pp × v must divide the layers) or the layers of each pipeline
+            rank, first to last (e.g. ``spread_layers(126, 16)``); they must add up to the layers and each
+            rank needs at least v of them. With ``stage_balance="even"`` the parameters outside the layers
+            (embedding, head, vision, MTP) are spread evenly; with ``"max"`` they sit on the end stages.
         kv_replication: allow tp > KV heads when KV heads divide tp (each KV head is then replicated on
             tp/kv GPUs, as inference and training engines do); ``False`` demands tp | KV heads.
         hardware: link bandwidths and effective FLOP/s.
@@ -96,6 +143,7 @@ class Plan:
     bytes_per_param: BytesPerParam = DEFAULT_BPP
     stage_balance: str = "even"
     kv_replication: bool = True
+    layers_per_stage: tuple[int, ...] | None = None
     hardware: Hardware = field(default_factory=load_hardware, compare=False, repr=False)
 
     @classmethod
@@ -148,7 +196,9 @@ class Plan:
                             (m.linear_num_value_heads, "linear-attention value heads")):
             if heads and heads % t:
                 raise ValueError(f"tp={t} does not divide {heads} {what}")
-        if m.num_layers % (self.pp * self.virtual_stages):
+        if self.layers_per_stage is not None:
+            self._check_layers_per_stage()
+        elif m.num_layers % (self.pp * self.virtual_stages):
             if self.virtual_stages > 1:
                 raise ValueError(f"pp×virtual_stages = {self.pp}×{self.virtual_stages} does not divide "
                                  f"{m.num_layers} layers")
@@ -169,6 +219,29 @@ class Plan:
             if (self.dp * self.cp) % self.ep:
                 raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.dp}×{self.cp} = {self.dp * self.cp}")
 
+    def _check_layers_per_stage(self) -> None:
+        lps = self.layers_per_stage
+        if isinstance(lps, (str, bytes)) or not hasattr(lps, "__iter__"):
+            raise ValueError(f"layers_per_stage={lps!r} must be a sequence of layer counts, one per pipeline rank")
+        lps = tuple(lps)
+        object.__setattr__(self, "layers_per_stage", lps)
+        for n in lps:
+            _pos_int("layers_per_stage entry", n)
+        if len(lps) != self.pp:
+            raise ValueError(f"layers_per_stage has {len(lps)} entries but pp={self.pp}")
+        if sum(lps) != self.model.num_layers:
+            raise ValueError(f"layers_per_stage adds up to {sum(lps)}, not {self.model.num_layers} layers")
+        if min(lps) < self.virtual_stages:
+            raise ValueError(f"virtual_stages={self.virtual_stages} needs at least {self.virtual_stages} layers on "
+                             f"every pipeline rank (layers_per_stage has {min(lps)})")
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Layers of each pipeline rank (equal unless ``layers_per_stage`` says otherwise)."""
+        if self.layers_per_stage is not None:
+            return self.layers_per_stage
+        return (self.model.num_layers // self.pp,) * self.pp
+
     @cached_property
     def mesh(self) -> Mesh:
         return Mesh({"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}, self.order,
@@ -181,7 +254,12 @@ class Plan:
 
 @dataclass(frozen=True)
 class Report:
-    """What a plan costs per GPU. Bytes are per GPU; communication is bytes sent per step."""
+    """What a plan costs per GPU. Bytes are per GPU; communication is bytes sent per step.
+
+    ``grad_sync_bytes`` is the part of ``comm_bytes_per_step["dp"]`` and ``["cp"]`` that synchronises
+    gradients (and, with ZeRO-3, gathers weights): the traffic that can overlap the backward pass, unlike
+    the K/V exchange of context parallelism.
+    """
 
     plan: Plan
     params_per_gpu: float
@@ -194,6 +272,7 @@ class Report:
     bubble: float
     bubble_share: float
     notes: tuple[str, ...] = ()
+    grad_sync_bytes: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def heaviest_dim(self) -> str | None:
@@ -221,7 +300,8 @@ class Report:
                          "micro_batch_size": p.micro_batch_size, "micro_batches": p.micro_batches,
                          "virtual_stages": p.virtual_stages, "sequence_parallel": p.sequence_parallel,
                          "order": p.order, "gpus_per_node": p.gpus_per_node,
-                         "gpu_memory_bytes": p.gpu_memory_bytes, "stage_balance": p.stage_balance},
+                         "gpu_memory_bytes": p.gpu_memory_bytes, "stage_balance": p.stage_balance,
+                         "layers_per_stage": list(p.layers_per_stage) if p.layers_per_stage else None},
             "notes": list(self.notes),
         }
 
@@ -230,6 +310,8 @@ def _stage_params(plan: Plan) -> tuple[float, float]:
     """(dense, routed-expert) parameters of one pipeline stage's model replica, before TP/EP splits."""
     m = plan.model
     experts = m.routed_expert_params
+    if plan.layers_per_stage is not None and plan.pp > 1:
+        return _uneven_stage_params(plan)
     if plan.stage_balance == "even" or plan.pp == 1:
         return (m.params.total - experts) / plan.pp, experts / plan.pp
     comps = m.params.components
@@ -248,6 +330,57 @@ def _stage_params(plan: Plan) -> tuple[float, float]:
         if dense + exp > sum(best):
             best = (dense, exp)
     return best
+
+
+def _uneven_stage_params(plan: Plan) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of the stage whose share per GPU (dense/t + experts/(t·e)) is
+    largest, for explicit ``layers_per_stage``. With ``stage_balance="max"`` the first stage holds the
+    embedding (and vision tower), the last the head, final norm and MTP module, whose routed experts (one
+    MoE layer's worth for DeepSeek-V3) count as experts."""
+    m = plan.model
+    comps = m.params.components
+    lexp = m.layer_expert_params or (0,) * m.num_layers
+    final_norm = sum(n * per for name, n, per in m.params.groups if name == "final_norm")
+    first = comps["embedding"] + comps["vision"]
+    mtp = comps["mtp"] + m.params.extra.get("mtp", 0)
+    # a MoE model's MTP module holds one MoE layer: its routed experts are split over EP like the others
+    mtp_exp = max(lexp) if (mtp and m.is_moe) else 0
+    last = comps["head"] + final_norm + mtp - mtp_exp
+    outside_even = (m.params.total - sum(m.layer_params)) / plan.pp
+    best, best_load, start = (0.0, 0.0), -1.0, 0
+    for k, n in enumerate(plan.layers_per_stage):
+        layers = range(start, start + n)
+        start += n
+        dense = float(sum(m.layer_params[i] - lexp[i] for i in layers))
+        exp = float(sum(lexp[i] for i in layers))
+        if plan.stage_balance == "even":
+            dense += outside_even
+        else:
+            dense += (first if k == 0 else 0) + (last if k == plan.pp - 1 else 0)
+            exp += mtp_exp if k == plan.pp - 1 else 0
+        load = dense + exp / plan.ep
+        if load > best_load:
+            best, best_load = (dense, exp), load
+    return best
+
+
+def _busiest_stage_layers(plan: Plan) -> tuple[int, int]:
+    """(layers, MoE layers) of the pipeline rank with the most layers (the most MoE layers among ties)."""
+    m = plan.model
+    lexp = m.layer_expert_params or (0,) * m.num_layers
+    best, start = (0, 0), 0
+    for n in plan.stage_layers:
+        moe = sum(1 for i in range(start, start + n) if lexp[i])
+        start += n
+        best = max(best, (n, moe))
+    return best
+
+
+@lru_cache(maxsize=4096)
+def _links(sizes: tuple[int, int, int, int], order: str, gpus_per_node: int, ep: int) -> tuple:
+    """The link of every dimension for a mesh shape (cached: large EP meshes walk their groups)."""
+    mesh = Mesh(dict(zip(("tp", "cp", "pp", "dp"), sizes)), order, gpus_per_node, ep)
+    return tuple((dim, mesh.link(dim)) for dim in DIMS)
 
 
 def evaluate(plan: Plan) -> Report:
@@ -270,8 +403,13 @@ def evaluate(plan: Plan) -> Report:
     states = sum(terms.values())
 
     # ---- activations (first pipeline stage, per CP rank)
-    activ = act.activation_bytes(s, b, h, m.num_attention_heads, m.num_layers, t, plan.recompute,
-                                 plan.sequence_parallel, p, mb, v, c)
+    if plan.layers_per_stage is not None and p > 1:
+        per_layer = act.activation_bytes_per_layer(s, b, h, m.num_attention_heads, t, plan.recompute,
+                                                   plan.sequence_parallel)
+        activ = per_layer * stage_inflight_layers(plan.layers_per_stage, mb, v) / c
+    else:
+        activ = act.activation_bytes(s, b, h, m.num_attention_heads, m.num_layers, t, plan.recompute,
+                                     plan.sequence_parallel, p, mb, v, c)
     total = states + activ
 
     # ---- bytes per dimension
@@ -285,7 +423,11 @@ def evaluate(plan: Plan) -> Report:
     if g_exp:
         edp = dc // e
         comm["dp" if d > 1 else "cp"] += k * reduce_scatter_bytes(edp, g_exp)
-    layers_here = m.num_layers // p
+    grad_sync = {"dp": comm["dp"], "cp": comm["cp"]}  # the gradient (ZeRO) part of dp and cp, before K/V
+    if plan.layers_per_stage is not None:
+        layers_here, moe_busiest = _busiest_stage_layers(plan)
+    else:
+        layers_here, moe_busiest = m.num_layers // p, None
     if t > 1:
         comm["tp"] = tp_bytes_per_step(s // c, b, h, layers_here, t, mb)
     comm["pp"] = pp_bytes_per_step(s // c, b, h, p, mb, v)
@@ -295,11 +437,10 @@ def evaluate(plan: Plan) -> Report:
         full_here = m.num_full_attention_layers * layers_here // m.num_layers
         comm["cp"] += cp_kv_bytes_per_step(s, b, kv_width_gpu, c, full_here, mb)
     if e > 1:
-        moe_here = m.num_moe_layers * layers_here // m.num_layers
+        moe_here = moe_busiest if moe_busiest is not None else m.num_moe_layers * layers_here // m.num_layers
         comm["ep"] = ep_bytes_per_step(s // c * b, m.experts_per_token, h, e, moe_here, mb)
 
-    mesh = plan.mesh
-    link = {dim: mesh.link(dim) for dim in DIMS}
+    link = dict(_links((t, c, p, d), plan.order, plan.gpus_per_node, e))
     bw = {"nvlink": hw.nvlink_bytes_per_s, "infiniband": hw.infiniband_bytes_per_s}
     times = {dim: (transfer_time_s(comm[dim], bw[link[dim]]) if link[dim] else 0.0) for dim in DIMS}
 
@@ -315,4 +456,5 @@ def evaluate(plan: Plan) -> Report:
         fits=total <= plan.gpu_memory_bytes, comm_bytes_per_step=comm, link=link, comm_time_s=times,
         bubble=bubble_fraction(p, mb, v) if p > 1 else 0.0,
         bubble_share=bubble_share_of_time(p, mb, v) if p > 1 else 0.0, notes=tuple(notes),
+        grad_sync_bytes=grad_sync,
     )

@@ -1,0 +1,240 @@
+"""Export a plan to the engines readers run: Megatron-LM's ``pretrain_gpt.py`` flags with a ``torchrun`` line,
+and torchtitan's parallelism settings (TOML).
+
+The flag and option names follow the versions named in ``data/engines/*.json`` (each file lists the
+options read from that version's source, with the source): Megatron-LM at commit 000c4ac (after
+Megatron-Core v0.14, ``megatron/training/arguments.py``), torchtitan at commit 6404b93
+(``torchtitan/config/job_config.py``), PyTorch's ``torchrun``. ``engine_options(name)`` returns that list;
+the tests check every emitted flag against it.
+
+Mapping (the plan's terms → the engine's):
+
+* ZeRO: 1 → ``--use-distributed-optimizer`` (Megatron's "6 + 12/dp" bytes per parameter: optimizer states
+  sharded); 2 → ``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads``; 3 → the same with
+  ``optim_grads_params``. torchtitan shards with FSDP (``data_parallel_shard_degree``): ZeRO-3 by default,
+  ZeRO-2-like with ``fsdp_reshard_after_forward = "never"`` (Llama 3's choice), ZeRO-0 as DDP
+  (``data_parallel_replicate_degree``); it has no ZeRO-1, exported as ZeRO-2 with a note.
+* recompute: ``selective`` / ``full`` → ``--recompute-granularity`` (full adds ``--recompute-method
+  uniform --recompute-num-layers 1``); torchtitan ``[activation_checkpoint] mode``.
+* mesh order: Megatron's default is tp-cp-ep-dp-pp; the course's default tp-cp-pp-dp (Llama 3) is
+  ``--use-tp-pp-dp-mapping``; other orders raise ValueError.
+* uneven stages: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` when
+  the middle stages are equal (Llama 3's 7, 8, …, 8, 7); anything else raises ValueError.
+* global batch: B sequences = dp × b × m.
+
+    >>> from meshplan import Plan
+    >>> p = Plan.create("llama-3.1-70b", gpus=64, tp=4, pp=4, cp=2, seq=8192, micro_batches=256,
+    ...                 order="tp-cp-ep-dp-pp")
+    >>> ex = megatron(p)
+    >>> ex.value("--tensor-model-parallel-size"), ex.value("--global-batch-size"), ex.torchrun[:3]
+    ('4', '512', ['torchrun', '--nnodes=8', '--nproc_per_node=8'])
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .mesh import parse_order
+from .model import DATA_DIR
+from .plan import Plan
+
+ENGINES_DIR = DATA_DIR / "engines"
+FORMATS = ("megatron", "torchtitan")
+
+
+@lru_cache(maxsize=None)
+def engine_file(name: str) -> dict:
+    """The data file of an engine (``megatron-lm``, ``torchtitan``, ``torchrun``): version, source, options."""
+    path = ENGINES_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"unknown engine {name!r}: no {path.name} in data/engines/")
+    return json.loads(path.read_text())
+
+
+def engine_options(name: str) -> frozenset[str]:
+    """Every flag (``--x``) or ``section.option`` the named engine version accepts, as listed in its data file."""
+    d = engine_file(name)
+    if "flags" in d:
+        return frozenset(d["flags"])
+    return frozenset(f"{sec}.{opt}" for sec, opts in d["options"].items() for opt in opts)
+
+
+@dataclass(frozen=True)
+class MegatronExport:
+    """``torchrun`` argv (up to the script), then ``pretrain_gpt.py`` flags as (flag, value or None)."""
+
+    torchrun: list
+    flags: list
+    notes: tuple = ()
+
+    def value(self, flag: str) -> str | None:
+        for f, v in self.flags:
+            if f == flag:
+                return v
+        raise KeyError(flag)
+
+    def command(self) -> str:
+        """The shell command, one flag per line."""
+        lines = [" ".join(self.torchrun + [engine_file("megatron-lm")["script"]])]
+        lines += [f"    {f}" + (f" {v}" if v is not None else "") for f, v in self.flags]
+        out = " \\\n".join(lines)
+        return "\n".join([f"# note: {n}" for n in self.notes] + [out])
+
+
+def _global_batch(plan: Plan) -> int:
+    return plan.dp * plan.micro_batch_size * plan.micro_batches
+
+
+def _shape_flags(plan: Plan) -> tuple[list, list]:
+    m, notes = plan.model, []
+    f = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size)]
+    if m.family == "deepseek_v3":
+        f += [("--num-attention-heads", m.num_attention_heads), ("--multi-latent-attention", None)]
+        notes.append("DeepSeek-V3's MLA ranks, expert sizes and layer pattern come from its config; "
+                     "the flags below cover the parallel layout and the model's size only")
+        f += [("--num-experts", m.num_experts), ("--moe-router-topk", m.experts_per_token)]
+    else:
+        if m.family in ("llama", "qwen3_5"):  # SwiGLU: 3 × h × ffn per layer
+            f.append(("--ffn-hidden-size", m.params.components["mlp"] // (m.num_layers * 3 * m.hidden_size)))
+        f.append(("--num-attention-heads", m.num_attention_heads))
+        if m.head_dim * m.num_attention_heads != m.hidden_size:
+            f.append(("--kv-channels", m.head_dim))
+        if m.num_key_value_heads != m.num_attention_heads:
+            f += [("--group-query-attention", None), ("--num-query-groups", m.num_key_value_heads)]
+        if m.family in ("llama", "qwen3_5"):
+            f += [("--position-embedding-type", "rope"), ("--normalization", "RMSNorm"), ("--swiglu", None),
+                  ("--disable-bias-linear", None)]
+        if m.params.components["head"]:
+            f.append(("--untie-embeddings-and-output-weights", None))
+        if m.family == "qwen3_5":
+            notes.append(f"{m.name}'s Gated DeltaNet layers and vision tower have no pretrain_gpt.py flag in this "
+                         "version; the shape flags describe a plain GQA transformer of the same size")
+    if m.max_position_embeddings:
+        f.append(("--max-position-embeddings", m.max_position_embeddings))
+    return f, notes
+
+
+def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
+    """Megatron-LM flags and the ``torchrun`` line for ``plan`` (ValueError when Megatron cannot express it)."""
+    axes = parse_order(plan.order)
+    mapping = []
+    if axes == ("tp", "cp", "pp", "dp"):
+        mapping = [("--use-tp-pp-dp-mapping", None)]
+    elif axes != ("tp", "cp", "dp", "pp"):
+        raise ValueError(f"order={plan.order!r}: Megatron-LM ranks are tp-cp-ep-dp-pp (default) or tp-cp-ep-pp-dp "
+                         "(--use-tp-pp-dp-mapping)")
+    nodes = max(1, plan.gpus // plan.gpus_per_node)
+    per_node = min(plan.gpus, plan.gpus_per_node)
+    run = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}"]
+    if nodes > 1:
+        run += ["--rdzv_id=$JOB_ID", "--rdzv_backend=c10d", f"--rdzv_endpoint={master}"]
+    flags = [("--tensor-model-parallel-size", plan.tp), ("--pipeline-model-parallel-size", plan.pp)]
+    if plan.layers_per_stage is not None and len(set(plan.layers_per_stage)) > 1:
+        lps = plan.layers_per_stage
+        if len(set(lps[1:-1])) > 1:
+            raise ValueError(f"layers_per_stage={list(lps)}: Megatron-LM's flags set the first and last stage only; "
+                             "the middle stages must be equal")
+        flags += [("--decoder-first-pipeline-num-layers", lps[0]), ("--decoder-last-pipeline-num-layers", lps[-1])]
+    if plan.virtual_stages > 1:
+        if plan.layers_per_stage is not None and len(set(plan.layers_per_stage)) > 1:
+            raise ValueError("virtual_stages > 1 with uneven stages: export the layout by hand "
+                             "(--pipeline-model-parallel-layout)")
+        flags.append(("--num-layers-per-virtual-pipeline-stage", plan.model.num_layers // (plan.pp * plan.virtual_stages)))
+    flags.append(("--context-parallel-size", plan.cp))
+    if plan.ep > 1:
+        flags.append(("--expert-model-parallel-size", plan.ep))
+    flags += mapping
+    if plan.sequence_parallel and plan.tp > 1:
+        flags.append(("--sequence-parallel", None))
+    notes = []
+    if plan.zero == 1:
+        flags.append(("--use-distributed-optimizer", None))
+    elif plan.zero in (2, 3):
+        flags += [("--use-megatron-fsdp", None),
+                  ("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params")]
+    if plan.recompute == "selective":
+        flags.append(("--recompute-granularity", "selective"))
+    elif plan.recompute == "full":
+        flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                  ("--recompute-num-layers", 1)]
+    shape, shape_notes = _shape_flags(plan)
+    flags += shape
+    flags += [("--seq-length", plan.seq), ("--micro-batch-size", plan.micro_batch_size),
+              ("--global-batch-size", _global_batch(plan)), ("--bf16", None)]
+    notes += shape_notes
+    return MegatronExport(run, [(f, None if v is None else str(v)) for f, v in flags], tuple(notes))
+
+
+def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
+    """torchtitan settings for ``plan`` as {section: {option: value}}, and notes."""
+    notes = []
+    if plan.zero == 0:
+        replicate, shard, reshard = plan.dp, 1, None
+    else:
+        replicate, shard = 1, plan.dp
+        reshard = "never" if plan.zero in (1, 2) else "always"
+        if plan.zero == 1:
+            notes.append("torchtitan has no ZeRO-1: exported as FSDP without resharding after forward (ZeRO-2-like)")
+    par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard}
+    if reshard is not None and shard > 1:
+        par["fsdp_reshard_after_forward"] = reshard
+    par.update({"tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
+                "pipeline_parallel_schedule": "Interleaved1F1B" if plan.virtual_stages > 1 else "1F1B",
+                "pipeline_parallel_microbatch_size": plan.micro_batch_size,
+                "context_parallel_degree": plan.cp, "expert_parallel_degree": plan.ep})
+    if plan.layers_per_stage is not None or plan.virtual_stages > 1:
+        notes.append("set the layers of each stage with pipeline_parallel_layers_per_stage or "
+                     "module_fqns_per_model_part to match the plan's stages")
+    settings = {
+        "parallelism": par,
+        "activation_checkpoint": {"mode": plan.recompute},
+        "training": {"local_batch_size": plan.micro_batch_size * plan.micro_batches,
+                     "global_batch_size": _global_batch(plan), "seq_len": plan.seq},
+    }
+    return settings, tuple(notes)
+
+
+def toml(settings: dict, notes=()) -> str:
+    """torchtitan settings as TOML text."""
+    lines = [f"# note: {n}" for n in notes]
+    for sec, opts in settings.items():
+        lines.append(f"[{sec}]")
+        for k, v in opts.items():
+            lines.append(f"{k} = " + (f'"{v}"' if isinstance(v, str) else str(v)))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def export_text(plan: Plan, fmt: str) -> str:
+    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another)."""
+    if fmt == "megatron":
+        return megatron(plan).command()
+    if fmt == "torchtitan":
+        return toml(*torchtitan(plan))
+    raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
+
+
+# ---------------------------------------------------------------- command line
+def add_command(subparsers) -> None:
+    """Register ``python -m meshplan export``."""
+    from . import cli
+    p = subparsers.add_parser("export", help="print a plan as Megatron-LM flags or torchtitan settings")
+    cli.add_plan_options(p)
+    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--global-batch", type=cli._int("global-batch"), default=None,
+                   help="sequences per step; sets the micro-batches m = B ÷ (dp × micro-batch size)")
+
+    def run(args) -> int:
+        if args.global_batch is not None:
+            dp = args.dp or args.gpus // (args.tp * args.cp * args.pp) or 1
+            if args.global_batch % (dp * args.micro_batch_size):
+                raise ValueError(f"global batch {args.global_batch} is not divisible by dp × micro-batch size = "
+                                 f"{dp} × {args.micro_batch_size} = {dp * args.micro_batch_size}")
+            args.micro_batches = args.global_batch // (dp * args.micro_batch_size)
+        plan = cli.plan_from_args(args)
+        print(export_text(plan, args.format), end="" if args.format == "torchtitan" else "\n")
+        return 0
+
+    p.set_defaults(run=run)
