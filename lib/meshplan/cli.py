@@ -10,11 +10,13 @@ import argparse
 import importlib
 import json
 import math
+import os
 import sys
 
 from .hardware import load_hardware
 from .mesh import DEFAULT_ORDER
-from .plan import DIMS, Plan, evaluate
+from .model import load_model
+from .plan import DIMS, Plan, evaluate, spread_layers
 from .units import GB, fmt_gb, fmt_pct
 
 
@@ -74,22 +76,30 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
     p.add_argument("--order", default=DEFAULT_ORDER, help="mesh axes from inner to outer, e.g. tp-cp-pp-dp")
     p.add_argument("--no-sp", action="store_true", help="switch sequence parallelism off")
     p.add_argument("--stage-balance", choices=("even", "max"), default="even")
+    p.add_argument("--uneven-stages", action="store_true",
+                   help="when pp does not divide the layers, give the first and last stages fewer "
+                        "(Llama 3's 126 layers on PP 16: 7, 8, ..., 8, 7)")
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The ``Plan`` described by the options of ``add_plan_options`` (ValueError for an invalid plan)."""
+    layers_per_stage = None
+    if args.uneven_stages:
+        layers = load_model(args.model).num_layers
+        if layers % args.pp:
+            layers_per_stage = spread_layers(layers, args.pp)
     return Plan.create(
         args.model, gpus=args.gpus, dp=args.dp, tp=args.tp, cp=args.cp, ep=args.ep, pp=args.pp, zero=args.zero,
         recompute=args.recompute, seq=args.seq, micro_batch_size=args.micro_batch_size,
         micro_batches=args.micro_batches, virtual_stages=args.virtual_stages, order=args.order,
         gpus_per_node=args.gpus_per_node, gpu_memory_bytes=args.gpu_memory_gb * GB,
-        sp=False if args.no_sp else None, stage_balance=args.stage_balance,
+        sp=False if args.no_sp else None, stage_balance=args.stage_balance, layers_per_stage=layers_per_stage,
     )
 
 
 # Modules that add a sub-command: each defines ``add_command(subparsers)``, which registers its parser with
 # ``set_defaults(run=function)``; ``function(args)`` returns the exit code and raises ValueError for bad input.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("realrun", "schedule", "search", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,6 +171,9 @@ def main(argv=None) -> int:
     except (_UsageError, ValueError) as exc:
         print(f"meshplan: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `| head`: the reader left; exit quietly like other Unix tools
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
