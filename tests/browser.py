@@ -18,9 +18,9 @@ test can assert that a page needed nothing from the network::
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -83,18 +83,38 @@ class OfflineBrowser:
         return True
 
 
+_SHARED: dict = {}
+
+
+def _shared_browser():
+    """One headless Chromium per test process (starting it costs about a second); each
+    ``offline_browser()`` still gets a fresh, isolated context (its own empty profile state)."""
+    if "browser" not in _SHARED:
+        from playwright.sync_api import sync_playwright
+
+        if not Path(CHROMIUM).exists():
+            raise FileNotFoundError(f"{CHROMIUM} not found: run `make chromium`")
+        pw = sync_playwright().start()
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        _SHARED.update(pw=pw, browser=browser)
+
+        def _stop() -> None:
+            with contextlib.suppress(Exception):
+                browser.close()
+            with contextlib.suppress(Exception):
+                pw.stop()
+
+        atexit.register(_stop)
+    return _SHARED["browser"]
+
+
 @contextlib.contextmanager
 def offline_browser() -> Iterator[OfflineBrowser]:
-    """Start headless Chromium with a new empty profile and a network block.
+    """A new isolated browser context of headless Chromium with a network block.
 
     Yields an :class:`OfflineBrowser`; ``.blocked`` lists every URL the pages tried
     to load from anywhere but ``file://``.
     """
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        raise FileNotFoundError(f"{CHROMIUM} not found: run `make chromium`")
-
     blocked: list[str] = []
 
     def _route(route) -> None:
@@ -109,19 +129,11 @@ def offline_browser() -> Iterator[OfflineBrowser]:
         blocked.append(ws.url)
         ws.close()
 
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile_dir:
-        with sync_playwright() as pw:
-            context = pw.chromium.launch_persistent_context(
-                profile_dir,
-                executable_path=CHROMIUM,
-                headless=True,
-                args=CHROMIUM_ARGS,
-                service_workers="block",
-            )
-            try:
-                context.route("**/*", _route)
-                if hasattr(context, "route_web_socket"):
-                    context.route_web_socket("**/*", _route_ws)
-                yield OfflineBrowser(context=context, blocked=blocked)
-            finally:
-                context.close()
+    context = _shared_browser().new_context(service_workers="block")
+    try:
+        context.route("**/*", _route)
+        if hasattr(context, "route_web_socket"):
+            context.route_web_socket("**/*", _route_ws)
+        yield OfflineBrowser(context=context, blocked=blocked)
+    finally:
+        context.close()
