@@ -26,8 +26,10 @@ def bench_plans(repeat: int = 2000) -> None:
 
     cases = {
         "evaluate(plan), anchor lab rows": [lab_plan(r) for r in LAB_8_GPUS + LAB_64_GPUS],
-        "evaluate(plan), Llama 3.1 405B, TP 8 x PP 14 x DP 128 = 14,336 GPUs (PP 16 does not divide its 126 layers)":
-            [meshplan.Plan.create("llama-3.1-405b", gpus=14336, tp=8, pp=14, zero=1, recompute="full")],
+        "evaluate(plan), Llama 3.1 405B as published, TP 8 x PP 16 x DP 128 = 16,384 GPUs (uneven stages)":
+            [meshplan.Plan.create("llama-3.1-405b", gpus=16384, tp=8, pp=16, zero=2, recompute="selective",
+                                  seq=8192, micro_batches=16,
+                                  layers_per_stage=meshplan.plan.spread_layers(126, 16))],
         "evaluate(plan), DeepSeek-V3 2,048 GPUs (PP 1, EP 64, DP 256)":
             [meshplan.Plan.create("deepseek-v3", gpus=2048, ep=64, zero=1, recompute="full")],
     }

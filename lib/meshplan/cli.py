@@ -66,6 +66,8 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
     p.add_argument("--gpu-memory-gb", type=_gb, default=hw.gpu_memory_bytes / GB)
     for dim in ("tp", "cp", "ep", "pp"):
         p.add_argument(f"--{dim}", type=_int(dim), default=1)
+    p.add_argument("--expert-tp", type=_int("expert-tp"), default=None,
+                   help="expert tensor-parallel size (default: tp); 1 folds EP over TP × CP × DP")
     p.add_argument("--dp", type=_int("dp"), default=None, help="default: gpus ÷ (tp × cp × pp)")
     p.add_argument("--zero", type=_zero, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
@@ -94,6 +96,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         micro_batches=args.micro_batches, virtual_stages=args.virtual_stages, order=args.order,
         gpus_per_node=args.gpus_per_node, gpu_memory_bytes=args.gpu_memory_gb * GB,
         sp=False if args.no_sp else None, stage_balance=args.stage_balance, layers_per_stage=layers_per_stage,
+        expert_tp=args.expert_tp,
     )
 
 
@@ -119,7 +122,8 @@ def format_report(report) -> str:
     p = report.plan
     mesh = " × ".join(f"{k.upper()} {getattr(p, k)}" for k in ("tp", "cp", "pp", "dp") if getattr(p, k) > 1) or "1 GPU"
     if p.ep > 1:
-        mesh += f" (EP {p.ep} inside DP × CP)"
+        mesh += (f" (EP {p.ep} inside DP × CP)" if p.etp == p.tp
+                 else f" (EP {p.ep} folded over TP × CP × DP, expert TP {p.etp})")
     lines = [
         f"{p.model.name}: {p.model.params.total:,} parameters on {p.gpus} GPUs ({p.gpus_per_node} per node)",
         f"mesh {mesh}, order {p.order}; ZeRO-{p.zero}, recompute {p.recompute}, s = {p.seq:,}, "

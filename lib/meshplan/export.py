@@ -145,6 +145,8 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     flags.append(("--context-parallel-size", plan.cp))
     if plan.ep > 1:
         flags.append(("--expert-model-parallel-size", plan.ep))
+        if plan.etp != plan.tp:
+            flags.append(("--expert-tensor-parallel-size", plan.etp))
     flags += mapping
     if plan.sequence_parallel and plan.tp > 1:
         flags.append(("--sequence-parallel", None))
@@ -184,6 +186,9 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
                 "pipeline_parallel_schedule": "Interleaved1F1B" if plan.virtual_stages > 1 else "1F1B",
                 "pipeline_parallel_microbatch_size": plan.micro_batch_size,
                 "context_parallel_degree": plan.cp, "expert_parallel_degree": plan.ep})
+    if plan.ep > 1 and plan.etp != plan.tp:
+        notes.append(f"expert tensor parallelism {plan.etp} (experts not split like the dense layers' TP "
+                     f"{plan.tp}): not among the pinned torchtitan options; set it by hand where supported")
     if plan.layers_per_stage is not None or plan.virtual_stages > 1:
         notes.append("set the layers of each stage with pipeline_parallel_layers_per_stage or "
                      "module_fqns_per_model_part to match the plan's stages")

@@ -6,7 +6,10 @@ Convention: an order string lists the axes **from inner to outer**, the first ax
 ``"tp-cp-ep-dp-pp"``. Expert parallelism does not add an axis: EP groups are carved out of the ranks that
 share a TP and PP coordinate (the DP × CP ranks), taken in mesh order and cut into consecutive runs of
 ``ep`` (Megatron folds experts inside the data-parallel ranks the same way), so EP never multiplies the GPU
-count.
+count. With an expert tensor-parallel size ``etp`` smaller than tp (Megatron-Core's MoE parallel folding,
+``--expert-tensor-parallel-size``), the expert layers regroup all TP × CP × DP ranks of a pipeline stage as
+etp × ep × expert-dp, with etp innermost: list the stage's ranks with the TP coordinate fastest, cut them
+into blocks of etp·ep, and an EP group takes every etp-th rank of a block. etp = tp gives the rule above.
 
 rank = Σ coord[axis] × stride[axis], stride[first axis] = 1, stride[next] = stride × size[previous].
 
@@ -54,6 +57,7 @@ class Mesh:
     order: str = DEFAULT_ORDER
     gpus_per_node: int = 8
     ep: int = 1
+    etp: int | None = None  # expert tensor-parallel size; None means tp
     axes: tuple[str, ...] = field(init=False)
     strides: Mapping[str, int] = field(init=False)
 
@@ -66,9 +70,19 @@ class Mesh:
         for name, v in (("gpus_per_node", self.gpus_per_node), ("ep", self.ep)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} must be a positive integer")
+        etp = self.sizes["tp"] if self.etp is None else self.etp
+        if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
+            raise ValueError(f"expert_tp={etp!r} must be a positive integer")
+        if self.sizes["tp"] % etp:
+            raise ValueError(f"expert_tp={etp} does not divide tp={self.sizes['tp']}")
         dc = self.sizes["dp"] * self.sizes["cp"]
-        if dc % self.ep:
-            raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.sizes['dp']}×{self.sizes['cp']} = {dc}")
+        if etp == self.sizes["tp"]:
+            if dc % self.ep:
+                raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.sizes['dp']}×{self.sizes['cp']} = {dc}")
+        elif (self.sizes["tp"] * dc) % (etp * self.ep):
+            raise ValueError(f"ep×expert_tp = {self.ep}×{etp} = {self.ep * etp} does not divide tp×cp×dp = "
+                             f"{self.sizes['tp']}×{self.sizes['cp']}×{self.sizes['dp']} = {self.sizes['tp'] * dc}")
+        object.__setattr__(self, "etp", etp)
         strides, s = {}, 1
         for a in axes:
             strides[a] = s
@@ -111,12 +125,30 @@ class Mesh:
 
     def _ep_group(self, rank: int) -> tuple[int, ...]:
         c = self.coords(rank)
-        members = self._dp_cp_members(c["tp"], c["pp"])
-        k = members.index(rank) // self.ep
-        return tuple(members[k * self.ep:(k + 1) * self.ep])
+        if self.etp == self.sizes["tp"]:
+            members = self._dp_cp_members(c["tp"], c["pp"])
+            k = members.index(rank) // self.ep
+            return tuple(members[k * self.ep:(k + 1) * self.ep])
+        members = self._stage_members(c["pp"])
+        i = members.index(rank)
+        block, offset = i // (self.etp * self.ep) * self.etp * self.ep, i % self.etp
+        return tuple(members[block + offset + j * self.etp] for j in range(self.ep))
+
+    def _stage_members(self, pp: int) -> list[int]:
+        """The tp × cp × dp ranks of pipeline stage ``pp``, TP coordinate fastest, then cp and dp in mesh order."""
+        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
+        return [self.rank(tp=t, pp=pp, **{inner: i, outer: o})
+                for o in range(self.sizes[outer]) for i in range(self.sizes[inner]) for t in range(self.sizes["tp"])]
 
     def _ep_groups(self) -> list[tuple[int, ...]]:
         out = []
+        if self.etp != self.sizes["tp"]:
+            span = self.etp * self.ep
+            for pp in range(self.sizes["pp"]):
+                members = self._stage_members(pp)
+                out += [tuple(members[b + o + j * self.etp] for j in range(self.ep))
+                        for b in range(0, len(members), span) for o in range(self.etp)]
+            return sorted(out)
         for tp in range(self.sizes["tp"]):
             for pp in range(self.sizes["pp"]):
                 members = self._dp_cp_members(tp, pp)
@@ -129,6 +161,8 @@ class Mesh:
         of dp and cp), else None."""
         if axis != "ep":
             return self.strides[axis]
+        if self.etp != self.sizes["tp"]:
+            return None
         inner, outer = sorted(("cp", "dp"), key=self.axes.index)
         if self.sizes[inner] == 1:
             inner = outer

@@ -5,7 +5,8 @@
 
 * model states: ``zero`` (16 B/param by default), parameters split evenly over TP × PP; ZeRO shards over
   the data-parallel ranks, which include the CP ranks (Megatron's dp-cp group, torchtitan's dp_shard × cp);
-  routed experts are split over EP too and sharded over dp·cp/ep. ``stage_balance="max"`` reports the
+  routed experts are split over expert-TP × EP (expert-TP = TP unless ``expert_tp`` says otherwise) and
+  sharded over the tp·cp·dp/(expert_tp·ep) ranks that hold the same expert shard. ``stage_balance="max"`` reports the
   most-loaded pipeline stage instead (stage 0 holds the embedding and vision tower, the last stage the
   output head, final norm and MTP module).
 * activations: ``activations`` (Korthikanti 2022 Table 2 × the first stage's in-flight layers ÷ c).
@@ -13,8 +14,8 @@
   ``pp``, ``cp`` (K/V of full-attention layers), ``ep`` (dispatch + combine all-to-all). The gradient
   sync over the dp·cp ranks is split as a two-level ring: the CP part (2(c−1)/c × G) is reported under
   ``cp`` and the DP part (2(d−1)/d × G/c) under ``dp``; with c = 1 this is the plain ring over d.
-  Routed-expert gradients sync over the dp·cp/ep ranks and are reported under ``dp`` (under ``cp`` if
-  d = 1). A dimension of size 1 sends 0 bytes and has link ``None``.
+  Routed-expert gradients sync over those tp·cp·dp/(expert_tp·ep) ranks and are reported under ``dp``
+  (under ``cp`` if d = 1). A dimension of size 1 sends 0 bytes and has link ``None``.
 * time per dimension = bytes ÷ the bandwidth of its link (NVLink or InfiniBand); overlap and latency
   ignored.
 * bubble = (p−1)/(m·v) of the ideal compute time.
@@ -118,6 +119,9 @@ class Plan:
             rank, first to last (e.g. ``spread_layers(126, 16)``); they must add up to the layers and each
             rank needs at least v of them. With ``stage_balance="even"`` the parameters outside the layers
             (embedding, head, vision, MTP) are spread evenly; with ``"max"`` they sit on the end stages.
+        expert_tp: expert tensor-parallel size (Megatron's ``--expert-tensor-parallel-size``); ``None`` means
+            tp. With expert_tp < tp the expert layers regroup the tp × cp × dp ranks of a stage as
+            expert_tp × ep × expert-dp (MoE parallel folding), so ep × expert_tp must divide tp × cp × dp.
         kv_replication: allow tp > KV heads when KV heads divide tp (each KV head is then replicated on
             tp/kv GPUs, as inference and training engines do); ``False`` demands tp | KV heads.
         hardware: link bandwidths and effective FLOP/s.
@@ -143,6 +147,7 @@ class Plan:
     bytes_per_param: BytesPerParam = DEFAULT_BPP
     stage_balance: str = "even"
     kv_replication: bool = True
+    expert_tp: int | None = None
     layers_per_stage: tuple[int, ...] | None = None
     hardware: Hardware = field(default_factory=load_hardware, compare=False, repr=False)
 
@@ -216,8 +221,17 @@ class Plan:
                 raise ValueError(f"ep={self.ep} but {m.name} has no experts")
             if m.num_experts % self.ep:
                 raise ValueError(f"ep={self.ep} does not divide {m.num_experts} experts")
-            if (self.dp * self.cp) % self.ep:
-                raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.dp}×{self.cp} = {self.dp * self.cp}")
+        if self.expert_tp is not None:
+            _pos_int("expert_tp", self.expert_tp)
+            if self.tp % self.expert_tp:
+                raise ValueError(f"expert_tp={self.expert_tp} does not divide tp={self.tp}")
+        if self.ep > 1:
+            if self.etp == self.tp:
+                if (self.dp * self.cp) % self.ep:
+                    raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.dp}×{self.cp} = {self.dp * self.cp}")
+            elif (self.tp * self.cp * self.dp) % (self.ep * self.etp):
+                raise ValueError(f"ep×expert_tp = {self.ep}×{self.etp} = {self.ep * self.etp} does not divide "
+                                 f"tp×cp×dp = {self.tp}×{self.cp}×{self.dp} = {self.tp * self.cp * self.dp}")
 
     def _check_layers_per_stage(self) -> None:
         lps = self.layers_per_stage
@@ -245,7 +259,17 @@ class Plan:
     @cached_property
     def mesh(self) -> Mesh:
         return Mesh({"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}, self.order,
-                    self.gpus_per_node, self.ep)
+                    self.gpus_per_node, self.ep, self.etp)
+
+    @property
+    def etp(self) -> int:
+        """The expert tensor-parallel size (tp unless ``expert_tp`` says otherwise)."""
+        return self.tp if self.expert_tp is None else self.expert_tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks that hold the same expert shard and sync its gradients: tp·cp·dp ÷ (expert_tp·ep)."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
 
     @property
     def sequence_parallel(self) -> bool:
@@ -301,7 +325,8 @@ class Report:
                          "virtual_stages": p.virtual_stages, "sequence_parallel": p.sequence_parallel,
                          "order": p.order, "gpus_per_node": p.gpus_per_node,
                          "gpu_memory_bytes": p.gpu_memory_bytes, "stage_balance": p.stage_balance,
-                         "layers_per_stage": list(p.layers_per_stage) if p.layers_per_stage else None},
+                         "layers_per_stage": list(p.layers_per_stage) if p.layers_per_stage else None,
+                         "expert_tp": p.etp},
             "notes": list(self.notes),
         }
 
@@ -358,7 +383,7 @@ def _uneven_stage_params(plan: Plan) -> tuple[float, float]:
         else:
             dense += (first if k == 0 else 0) + (last if k == plan.pp - 1 else 0)
             exp += mtp_exp if k == plan.pp - 1 else 0
-        load = dense + exp / plan.ep
+        load = dense + exp * plan.tp / (plan.etp * plan.ep)
         if load > best_load:
             best, best_load = (dense, exp), load
     return best
@@ -377,9 +402,9 @@ def _busiest_stage_layers(plan: Plan) -> tuple[int, int]:
 
 
 @lru_cache(maxsize=4096)
-def _links(sizes: tuple[int, int, int, int], order: str, gpus_per_node: int, ep: int) -> tuple:
+def _links(sizes: tuple[int, int, int, int], order: str, gpus_per_node: int, ep: int, etp: int) -> tuple:
     """The link of every dimension for a mesh shape (cached: large EP meshes walk their groups)."""
-    mesh = Mesh(dict(zip(("tp", "cp", "pp", "dp"), sizes)), order, gpus_per_node, ep)
+    mesh = Mesh(dict(zip(("tp", "cp", "pp", "dp"), sizes)), order, gpus_per_node, ep, etp)
     return tuple((dim, mesh.link(dim)) for dim in DIMS)
 
 
@@ -394,11 +419,11 @@ def evaluate(plan: Plan) -> Report:
     # ---- model states
     dense, experts = _stage_params(plan)
     dense_gpu = dense / t
-    expert_gpu = experts / (t * e)
+    expert_gpu = experts / (plan.etp * e)
     dc = d * c
     terms = model_states_terms(dense_gpu, plan.zero, dc, plan.bytes_per_param)
     if expert_gpu:
-        for k, x in model_states_terms(expert_gpu, plan.zero, dc // e, plan.bytes_per_param).items():
+        for k, x in model_states_terms(expert_gpu, plan.zero, plan.expert_dp, plan.bytes_per_param).items():
             terms[k] += x
     states = sum(terms.values())
 
@@ -421,8 +446,7 @@ def evaluate(plan: Plan) -> Report:
     comm["cp"] += k * reduce_scatter_bytes(c, g_dense)
     comm["dp"] += k * reduce_scatter_bytes(d, g_dense / c)
     if g_exp:
-        edp = dc // e
-        comm["dp" if d > 1 else "cp"] += k * reduce_scatter_bytes(edp, g_exp)
+        comm["dp" if d > 1 else "cp"] += k * reduce_scatter_bytes(plan.expert_dp, g_exp)
     grad_sync = {"dp": comm["dp"], "cp": comm["cp"]}  # the gradient (ZeRO) part of dp and cp, before K/V
     if plan.layers_per_stage is not None:
         layers_here, moe_busiest = _busiest_stage_layers(plan)
@@ -440,7 +464,7 @@ def evaluate(plan: Plan) -> Report:
         moe_here = moe_busiest if moe_busiest is not None else m.num_moe_layers * layers_here // m.num_layers
         comm["ep"] = ep_bytes_per_step(s // c * b, m.experts_per_token, h, e, moe_here, mb)
 
-    link = dict(_links((t, c, p, d), plan.order, plan.gpus_per_node, e))
+    link = dict(_links((t, c, p, d), plan.order, plan.gpus_per_node, e, plan.etp))
     bw = {"nvlink": hw.nvlink_bytes_per_s, "infiniband": hw.infiniband_bytes_per_s}
     times = {dim: (transfer_time_s(comm[dim], bw[link[dim]]) if link[dim] else 0.0) for dim in DIMS}
 
