@@ -23,9 +23,12 @@ def anchor():
 
 def test_boundary_bytes_41_9_mb(anchor):
     assert fmt_mb(pp.boundary_bytes(S, B, anchor.hidden_size)) == "41.9 MB"
-    # TP 8 sends 7x as much per layer (and for every layer)
-    ratio = tp.tp_bytes_per_layer(S, B, anchor.hidden_size, 8) / pp.boundary_bytes(S, B, anchor.hidden_size)
-    assert f"{ratio:.1f}" == "7.0"
+    # TP 8 sends 3.5x per layer (forward + backward) what a stage sends per micro-batch across its cut
+    # (activation forward + gradient backward), and for every layer
+    cut = pp.pp_bytes_per_step(S, B, anchor.hidden_size, 2, 1)
+    assert cut == 2 * pp.boundary_bytes(S, B, anchor.hidden_size)
+    ratio = tp.tp_bytes_per_layer(S, B, anchor.hidden_size, 8) / cut
+    assert f"{ratio:.1f}" == "3.5"
 
 
 def test_one_f_one_b_on_4_gpus_8_micro_batches():

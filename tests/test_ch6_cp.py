@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan import activations, cp, load_hardware, load_model, published
+from meshplan import activations, cp, load_hardware, load_model, published, tp
 from meshplan.units import fmt_gb, fmt_gib, fmt_int, fmt_mb, fmt_pct
 
 LONG = 131072
@@ -47,6 +47,11 @@ def test_ring_attention_bytes(anchor):
         ("2.9", "9.4")
     with pytest.raises(ValueError, match="cp=3 does not divide seq=131072"):
         cp.ring_kv_bytes_per_layer(LONG, 1, anchor.kv_width, 3)
+    # with TP 8 a GPU holds one of the 4 KV heads (replicated on 2 GPUs) and passes only its K and V
+    kv_heads = tp.head_split(anchor.num_attention_heads, anchor.num_key_value_heads, 8).kv_heads_per_gpu
+    assert kv_heads == 1
+    per_gpu = cp.ring_kv_bytes_per_layer(LONG, 1, anchor.kv_width * kv_heads // anchor.num_key_value_heads, 8)
+    assert per_gpu == ring[8] / 4 and fmt_gb(per_gpu, 2) == "0.12 GB"
 
 
 def test_only_full_attention_layers_pay(anchor):

@@ -40,7 +40,12 @@ def test_nvlink_3_2_times_ib_and_node_limited_routing():
     assert (hw.nvlink_bytes_per_s, hw.infiniband_bytes_per_s) == (160e9, 50e9)
     r = ep.node_limited_routing(256, 8, 64, 8, published.value("deepseek_v3_max_nodes_per_token"),
                                 hw.nvlink_bytes_per_s, hw.infiniband_bytes_per_s)
-    assert (r.nodes, r.experts_per_node, r.ib_copies_unlimited, r.max_nodes_per_token) == (8, 32, 8, 4)
+    assert (r.nodes, r.experts_per_node, r.max_nodes_per_token) == (8, 32, 4)
+    # IB transfers: one per remote node; the token's own node (one of the 8) is reached over NVLink
+    assert (r.ib_copies_unlimited, r.ib_copies_limited) == (7, 4)
+    for e, expected in ((16, (1, 1)), (8, (0, 0)), (128, (8, 4))):
+        r2 = ep.node_limited_routing(256, 8, e, 8, 4, 160e9, 50e9)
+        assert (r2.ib_copies_unlimited, r2.ib_copies_limited) == expected
     assert (f"{r.nvlink_over_ib:.1f}", f"{r.expert_budget:.1f}") == ("3.2", "12.8")
     assert round(r.expert_budget) == published.value("deepseek_v3_max_experts_node_limited") == 13
 
@@ -55,6 +60,13 @@ def test_world_size_1024_vs_2048():
         Mesh({"tp": 2, "cp": 1, "pp": 16, "dp": 32}, ep=64)
     assert str(err.value) == "ep=64 does not divide dp×cp = 32×1 = 32"
     assert Mesh({"tp": 2, "cp": 1, "pp": 16, "dp": 64}, ep=64).world_size == 2048
+    # the recipe with expert-TP 1 in Megatron-Core's rank order (pipeline outermost): an EP group is one
+    # stage's 64 consecutive GPUs, 2 TP x 32 DP positions on 8 nodes, as DeepSeek-V3's EP spans 8 nodes
+    folded = Mesh({"tp": 2, "cp": 1, "pp": 16, "dp": 32}, order="tp-cp-ep-dp-pp", ep=64, etp=1)
+    g = folded.group(0, "ep")
+    assert folded.world_size == 1024 and g == tuple(range(64))
+    assert (len({folded.coords(r)["tp"] for r in g}), len({folded.coords(r)["dp"] for r in g}),
+            len({folded.node(r) for r in g})) == (2, 32, 8)
     # EP never multiplies the world size: it must divide the ranks a stage already has
     for tp, pp, e, etp in ((1, 16, 64, 1), (8, 8, 8, 1), (4, 1, 32, None), (2, 4, 8, 2)):
         n = ep.moe_world_size(tp, pp, e, expert_tp=etp)

@@ -86,7 +86,7 @@ def test_dualpipe_matches_deepseek_table_2(p, m, times):
 
 @pytest.mark.parametrize("times", [(1, 2, 1), (3, 4, 2), (2, 1, 1), (1, 3, 0.5)])
 def test_dualpipe_with_unequal_forward_and_backward(times):
-    # Table 2's closed form describes f = b; with f != b the simulated order idles a different amount
+    # the simulated order idles Table 2's closed form when f = b; with f != b it idles a different amount
     # (the docstring says so), and still less than 1F1B
     f, b, w = times
     for p, m in ((4, 8), (8, 16), (6, 24)):

@@ -18,9 +18,10 @@ World size with experts (``moe_world_size``): expert parallelism is not an axis 
 stage, the non-pipeline ranks (TP × CP × DP of the attention layers) are re-grouped for the expert layers
 into expert-TP × EP × expert-DP, so the world is TP × CP × PP × DP whatever EP is; EP only has to fit in
 (divide) those ranks. Multiplying TP × PP × EP as if EP were one more axis counts GPUs twice.
-``meshplan.mesh`` folds EP inside DP × CP, keeping each expert split over TP like the dense layers
-(expert-TP = TP); Megatron-Core's MoE parallel folding also lets expert-TP be 1, so an EP group may span
-the attention's TP ranks too.
+By default ``meshplan.mesh`` folds EP inside DP × CP, keeping each expert split over TP like the dense
+layers (expert-TP = TP); with a smaller expert-TP (``Mesh(..., etp=1)``, ``Plan(..., expert_tp=1)``,
+Megatron-Core's MoE parallel folding) an EP group spans the attention's TP ranks too, folding over
+TP × CP × DP.
 
 A hot expert (``skewed_routing``): routing is sampled from a Zipf law over the experts (seeded), tokens
 are counted per GPU, and the layer waits for the busiest GPU.
@@ -69,8 +70,10 @@ class NodeLimitedRouting:
         nodes: nodes an EP group spans (ep ÷ GPUs per node, at least 1).
         experts_per_node: routed experts on one node, per MoE layer.
         max_nodes_per_token: nodes a token may reach, min(M, nodes, k).
-        ib_copies_unlimited: worst-case IB transfers of a token without the limit, min(k, nodes) (one per
-            destination node, de-duplicated; its own node is counted as remote, the worst case).
+        ib_copies_unlimited: worst-case IB transfers of a token without the limit, min(k, nodes − 1): one
+            per destination node (de-duplicated), every node of the EP group but the token's own, which
+            NVLink reaches.
+        ib_copies_limited: the same with the limit, min(M, nodes − 1, k) (all M nodes remote).
         nvlink_over_ib: NVLink ÷ InfiniBand bandwidth per GPU.
         expert_budget: experts a token can reach at the cost of its IB transfers, M × NVLink/IB.
     """
@@ -79,6 +82,7 @@ class NodeLimitedRouting:
     experts_per_node: int
     max_nodes_per_token: int
     ib_copies_unlimited: int
+    ib_copies_limited: int
     nvlink_over_ib: float
     expert_budget: float
 
@@ -88,8 +92,10 @@ def node_limited_routing(num_experts: int, experts_per_token: int, ep: int, gpus
     """Node-limited routing numbers (DeepSeek-V3 §3.2.2).
 
         >>> r = node_limited_routing(256, 8, 64, 8, 4, 160e9, 50e9)
-        >>> r.nodes, r.experts_per_node, r.max_nodes_per_token, r.ib_copies_unlimited, round(r.expert_budget, 1)
-        (8, 32, 4, 8, 12.8)
+        >>> r.nodes, r.experts_per_node, r.max_nodes_per_token, r.ib_copies_unlimited, r.ib_copies_limited
+        (8, 32, 4, 7, 4)
+        >>> round(r.expert_budget, 1)
+        12.8
     """
     for name, x in (("experts_per_token", experts_per_token), ("gpus_per_node", gpus_per_node),
                     ("max_nodes", max_nodes)):
@@ -104,7 +110,8 @@ def node_limited_routing(num_experts: int, experts_per_token: int, ep: int, gpus
     return NodeLimitedRouting(
         nodes=nodes, experts_per_node=per_gpu * min(ep, gpus_per_node),
         max_nodes_per_token=min(max_nodes, nodes, experts_per_token),
-        ib_copies_unlimited=min(experts_per_token, nodes), nvlink_over_ib=ratio,
+        ib_copies_unlimited=min(experts_per_token, nodes - 1),
+        ib_copies_limited=min(max_nodes, nodes - 1, experts_per_token), nvlink_over_ib=ratio,
         expert_budget=max_nodes * ratio,
     )
 
@@ -114,7 +121,8 @@ def moe_world_size(tp: int, pp: int, ep: int, cp: int = 1, expert_tp: int | None
 
     Per pipeline stage the attention layers use TP × CP × DP ranks and the expert layers re-group the same
     ranks as expert-TP × EP × expert-DP, so both products must be equal; the smallest such count is the lcm.
-    ``expert_tp=None`` means expert-TP = TP (``meshplan.mesh``'s folding: EP inside DP × CP).
+    ``expert_tp=None`` means expert-TP = TP (``meshplan.mesh``'s default: EP inside DP × CP); ``expert_tp=1``
+    folds EP over TP × CP × DP (``Mesh(..., etp=1)``).
 
         >>> moe_world_size(2, 16, 64, expert_tp=1), moe_world_size(2, 16, 64)
         (1024, 2048)

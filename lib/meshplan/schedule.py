@@ -61,9 +61,9 @@ The schedules, with their sources:
   the other; it computes both, so here it takes f + b + w (the overlap hides communication, which the
   simulator already counts as zero). Table 2's bubble (PP/2 − 1)(F&B + B − 3W), with its B the full
   backward (b + w) and F&B read as f + b + w, is (p/2 − 1)(f + 2b − w); the simulated order idles
-  exactly that whenever f = b (the case the table's closed form describes), and a different amount when
-  the forward and the backward for inputs take different times. Peak p + 1 on every device (Table 2:
-  PP + 1). Needs p even, m even and m ≥ 2p (the repository asserts
+  exactly that whenever f = b, and a different amount when the forward and the backward for inputs take
+  different times (the report does not state the times its closed form assumes). Peak p + 1 on every
+  device (Table 2: PP + 1). Needs p even, m even and m ≥ 2p (the repository asserts
   ``num_chunks >= num_ranks * 2``).
 
     >>> t = simulate("1f1b", 4, 8)
