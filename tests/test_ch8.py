@@ -96,6 +96,9 @@ def test_llama3_table4_evaluated():
     assert [gb(r.comm_bytes_per_step["tp"]) for r in reports] == ["481.0 GB", "240.5 GB", "240.5 GB"]
     assert [r.link["tp"] for r in reports] == ["nvlink"] * 3
     assert (gb(reports[2].comm_bytes_per_step["cp"]), reports[2].link["cp"]) == ("20.1 GB", "infiniband")
+    # of the CP column, K/V is 8.1 GB; the other 12.1 GB is the CP part of the ZeRO-2 gradient ring
+    kv = reports[2].comm_bytes_per_step["cp"] - reports[2].grad_sync_bytes["cp"]
+    assert (gb(kv), gb(reports[2].grad_sync_bytes["cp"])) == ("8.1 GB", "12.1 GB")
     assert fmt_pct(reports[1].bubble) == "93.8 %"
     for r in rows:
         assert published.tokens_per_step(r["seq"], r["batch_per_dp"], r["dp"]) == 16_777_216

@@ -55,6 +55,8 @@ BAD = {
     "bad_order": ("--model qwen3.8-27b --gpus 8 --order tp-pp-dp", ["order='tp-pp-dp'"]),
     "gpus_per_node": ("--model qwen3.8-27b --gpus 12 --gpus-per-node 8", ["gpus_per_node=8", "gpus=12"]),
     "memory_zero": ("--model qwen3.8-27b --gpus 8 --gpu-memory-gb 0", ["gpu-memory-gb=0"]),
+    # a 300-digit sequence length: activations overflow a float; --json must not print the token Infinity
+    "seq_overflow": ("--model qwen3.8-27b --gpus 8 --json --seq " + "9" * 300, ["seq=999", "overflow"]),
     "invalid_json": ("--model {tmp}/broken.json --gpus 8", ["malformed config", "invalid JSON", "broken.json"]),
     "missing_hidden_size": ("--model {tmp}/nohidden.json --gpus 8", ["missing key 'hidden_size'", "nohidden.json"]),
     "unsupported_type": ("--model {tmp}/mamba.json --gpus 8", ["unsupported model_type 'mamba'"]),

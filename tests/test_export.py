@@ -167,3 +167,6 @@ def test_cli_export():
     assert bad.returncode == 2 and bad.stderr.strip() == "meshplan: error: pp=16 does not divide 126 layers"
     bad = _cli("--format", "megatron", "--model", "qwen3.8-27b", "--gpus", "64", "--tp", "8", "--global-batch", "12")
     assert bad.returncode == 2 and "global batch 12 is not divisible by dp × micro-batch size = 8 × 1" in bad.stderr
+    # a mesh that does not divide the GPUs is reported as such, not as a batch of a DP size that does not exist
+    bad = _cli("--format", "megatron", "--model", "qwen3.8-27b", "--gpus", "8", "--tp", "3", "--global-batch", "5")
+    assert (bad.returncode, bad.stderr) == (2, "meshplan: error: tp×cp×pp = 3×1×1 = 3 does not divide gpus=8\n")

@@ -156,6 +156,17 @@ def test_expert_parallel_deepseek():
         ep.experts_per_gpu(256, 3)
 
 
+def test_expert_parallel_with_tp_dispatches_the_sequence_shard():
+    """With TP and sequence parallelism each TP rank holds s/t tokens and dispatches only those (Megatron
+    requires SP for MoE with TP and all-gathers over TP after the all-to-all): half the bytes at t = 2."""
+    spec = load_model("deepseek-v3")
+    sp_on = evaluate(Plan(model=spec, gpus=128, tp=2, dp=64, ep=64, zero=1))
+    sp_off = evaluate(Plan(model=spec, gpus=128, tp=2, dp=64, ep=64, zero=1, sp=False))
+    a2a = 4 * 63 / 64 * 4096 * 8 * 7168 * 2 * 58 * 8
+    assert sp_on.comm_bytes_per_step["ep"] == pytest.approx(a2a / 2, rel=1e-12)
+    assert sp_off.comm_bytes_per_step["ep"] == pytest.approx(a2a, rel=1e-12)
+
+
 def test_small_module_validation():
     with pytest.raises(ValueError, match="recompute='some'"):
         activations.activation_bytes_per_layer(4096, 1, 5120, 24, recompute="some")

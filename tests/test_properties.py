@@ -129,7 +129,8 @@ def expected_comm(plan: Plan, stage_params: tuple[float, float]) -> dict[str, fl
         out["cp"] += (c - 1) / c * s * b * kv_gpu * 2 * full_here * m
     if e > 1:
         moe_here = spec.num_moe_layers * layers_here // spec.num_layers
-        out["ep"] = 4 * (e - 1) / e * tokens * spec.experts_per_token * h * 2 * moe_here * m
+        ep_tokens = tokens / t if plan.sequence_parallel else tokens  # SP: each TP rank dispatches its shard
+        out["ep"] = 4 * (e - 1) / e * ep_tokens * spec.experts_per_token * h * 2 * moe_here * m
     return out
 
 

@@ -233,6 +233,8 @@ def add_command(subparsers) -> None:
 
     def run(args) -> int:
         if args.global_batch is not None:
+            if args.dp is None and args.gpus % (args.tp * args.cp * args.pp):
+                cli.plan_from_args(args)  # raises the plan's own message: tp×cp×pp does not divide gpus
             dp = args.dp or args.gpus // (args.tp * args.cp * args.pp) or 1
             if args.global_batch % (dp * args.micro_batch_size):
                 raise ValueError(f"global batch {args.global_batch} is not divisible by dp × micro-batch size = "

@@ -11,7 +11,8 @@
   output head, final norm and MTP module).
 * activations: ``activations`` (Korthikanti 2022 Table 2 × the first stage's in-flight layers ÷ c).
 * bytes per GPU per step, by dimension: ``dp`` (bf16 gradients on a ring, ZeRO-3: 3Ψ), ``tp``,
-  ``pp``, ``cp`` (K/V of full-attention layers), ``ep`` (dispatch + combine all-to-all). The gradient
+  ``pp``, ``cp`` (K/V of full-attention layers), ``ep`` (dispatch + combine all-to-all of the GPU's own
+  tokens, s·b/c, ÷ t with sequence parallelism: each TP rank then holds only its sequence shard). The gradient
   sync over the dp·cp ranks is split as a two-level ring: the CP part (2(c−1)/c × G) is reported under
   ``cp`` and the DP part (2(d−1)/d × G/c) under ``dp``; with c = 1 this is the plain ring over d.
   Routed-expert gradients sync over those tp·cp·dp/(expert_tp·ep) ranks and are reported under ``dp``
@@ -462,7 +463,10 @@ def evaluate(plan: Plan) -> Report:
         comm["cp"] += cp_kv_bytes_per_step(s, b, kv_width_gpu, c, full_here, mb)
     if e > 1:
         moe_here = moe_busiest if moe_busiest is not None else m.num_moe_layers * layers_here // m.num_layers
-        comm["ep"] = ep_bytes_per_step(s // c * b, m.experts_per_token, h, e, moe_here, mb)
+        # with sequence parallelism each TP rank holds (and dispatches) only its s/(c·t) tokens; Megatron
+        # demands SP whenever MoE runs with TP, and gathers the tokens over TP after the all-to-all
+        ep_tokens = s // c * b / t if plan.sequence_parallel else s // c * b
+        comm["ep"] = ep_bytes_per_step(ep_tokens, m.experts_per_token, h, e, moe_here, mb)
 
     link = dict(_links((t, c, p, d), plan.order, plan.gpus_per_node, e, plan.etp))
     bw = {"nvlink": hw.nvlink_bytes_per_s, "infiniband": hw.infiniband_bytes_per_s}
@@ -474,6 +478,9 @@ def evaluate(plan: Plan) -> Report:
     if plan.recompute == "full" and t > 1:
         notes.append("full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)")
 
+    if not all(math.isfinite(x) for x in (total, *comm.values())):
+        raise ValueError(f"seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are "
+                         "too large")
     return Report(
         plan=plan, params_per_gpu=dense_gpu + expert_gpu, model_states_terms=terms,
         memory_bytes={"model_states": states, "activations": activ, "total": total},

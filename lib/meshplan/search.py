@@ -19,7 +19,10 @@ Step time (seconds per optimizer step, on the most-loaded GPU), as a sum of name
 MFU = 6 × flop_params × tokens per step ÷ (step time × GPUs × peak FLOP/s) (Chowdhery et al. 2022's model
 FLOPs, without the attention term). Assumptions: no overlap of TP/CP/EP/PP traffic with compute, no
 latency, no stragglers, balanced experts; these make the estimate a lower bound on what tuned systems
-reach and an upper bound on none.
+reach and an upper bound on none. One assumption errs the other way: the gradient sync is the plan's
+once-per-step volume (2Ψ, ZeRO-3's 3Ψ), while FSDP with m > 1 micro-batches re-gathers the weights (ZeRO-3)
+and reduce-scatters the gradients (ZeRO-2 and 3) for every micro-batch, so ZeRO-2/3 plans with many
+micro-batches are estimated too cheap.
 
 A plan is kept if it passes every constraint and fits; constraints are checked in this order and the first
 failure names the rejection: TP inside one node (tp ≤ GPUs per node), at least ``min_seq_per_cp_rank``

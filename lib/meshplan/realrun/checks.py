@@ -265,7 +265,9 @@ def pp_rows(runs_: list[tuple[str, int, int]], micro_batches: int, replays: list
                             f"Predicted by {source}. Measured: torch's own action order (pipeline_order) replayed "
                             "with F = I = W = 1 and a full backward B = 2, communication free."
                             + (" The zero-bubble schedule splits the backward into input and weight gradients "
-                               "and fills idle slots with the weight halves: a third of 1F1B's (p−1)/m."
+                               "and fills idle slots with the weight halves: "
+                               + ("a third of 1F1B's (p−1)/m." if v == 1 else
+                                  "here a third of the interleaved (p−1)/(m·v).")
                                if "ZeroBubble" in sched else "")
                             + ("" if simulated else " The library has no simulation of the V-shaped ZB-V "
                                "schedule, so the prediction is the interleaved formula it would replace.")))
