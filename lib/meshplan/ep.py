@@ -51,7 +51,8 @@ def ep_bytes_per_step(tokens: int, experts_per_token: int, h: int, ep: int, moe_
                       act_bytes: int = ACT_BYTES) -> float:
     """Bytes one GPU sends per step: 4 × (e−1)/e × tokens·k·h × 2 B × MoE layers it holds × m.
 
-    ``tokens`` are the tokens of one micro-batch on this GPU (s·b/c; ÷ t more with sequence parallelism, whose TP ranks each dispatch their own sequence shard).
+    ``tokens`` are the tokens of one micro-batch on this GPU: s·b/c, and ÷ t more with sequence
+    parallelism, whose TP ranks each dispatch their own sequence shard.
     """
     per_a2a = all_to_all_bytes(ep, tokens * experts_per_token * h * act_bytes)
     return EP_ALL_TO_ALLS_PER_LAYER * per_a2a * moe_layers * micro_batches
