@@ -120,6 +120,28 @@ def test_first_bucket_rule_matches_pytorch_greedy_walk():
         buckets.assign_buckets(ts, cap_bytes=0)
 
 
+def test_bucket_rule_against_pytorchs_own_assignment(anchor):
+    """The library's greedy walk against PyTorch's C++ ``_compute_bucket_assignment_by_size`` (the rule DDP's
+    rebuild uses), on meta tensors of the anchor's exact sizes: bf16 and fp32 gradients (the cap counts
+    bytes of the gradient dtype), the default limits [1 MiB, 25 MiB] and an explicit 25 MiB for every bucket."""
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    assert dist._DEFAULT_FIRST_BUCKET_BYTES == buckets.FIRST_BUCKET_BYTES
+    small = [buckets.GradTensor(f"s{i}", "x", n) for i, n in enumerate([70_000, 200_000, 400_000, 10, 5_000_000, 300])]
+    for ts in (buckets.backward_tensors(anchor), tuple(small)):
+        names = [t.name for t in ts]
+        for dtype, bpp in ((torch.bfloat16, 2), (torch.float32, 4)):
+            meta = [torch.empty(t.params, dtype=dtype, device="meta") for t in ts]
+            for limits in ([buckets.FIRST_BUCKET_BYTES, buckets.DEFAULT_CAP_BYTES], [buckets.DEFAULT_CAP_BYTES]):
+                idx, _ = dist._compute_bucket_assignment_by_size(meta, limits)
+                ours = buckets.assign_buckets(ts, cap_bytes=limits[-1], first_cap_bytes=limits[0],
+                                              grad_bytes_per_param=bpp)
+                assert [tuple(names[i] for i in b) for b in idx] == [b.tensors for b in ours], (dtype, limits)
+    # the first-bucket rule matters for the small tensors: 1 MiB closes after three in bf16, two in fp32
+    assert [len(b.tensors) for b in buckets.assign_buckets(small)] == [3, 3]
+    assert [len(b.tensors) for b in buckets.assign_buckets(small, grad_bytes_per_param=4)] == [2, 4]
+
+
 def test_the_lab_page_point_comm_vs_backward(anchor):
     hw = load_hardware()
     t_comm = collectives.transfer_time_s(dp.dp_bytes_per_step(P, 8), hw.infiniband_bytes_per_s)

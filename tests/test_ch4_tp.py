@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan import Plan, activations, collectives, derive, evaluate, load_hardware, load_model, published, tp, tpbench
+from meshplan import Plan, activations, collectives, compute, derive, evaluate, load_hardware, load_model, published, tp, tpbench
 from meshplan.units import GB
 
 S, B, H, A, L = 4_096, 1, 5_120, 24, 64
@@ -68,6 +68,28 @@ def test_tp8_bytes_per_4096_tokens_and_link_time():
     t_ib = collectives.transfer_time_s(x, hw.infiniband_bytes_per_s)
     assert (f"{t_nv:.3f}", f"{t_ib:.3f}") == ("0.117", "0.376")
     assert t_ib / t_nv == pytest.approx(3.2)
+
+
+def test_one_layer_forward_against_its_two_collectives(anchor):
+    """The chapter's bar chart: an average layer's forward per GPU at t = 8 against its two TP collectives."""
+    hw = load_hardware()
+    fwd_s = compute.forward_flop(anchor.flop_params / L, S) / 8 / hw.effective_flop_per_s
+    half = tp.tp_bytes_per_layer(S, B, H, 8) / 2
+    nv = collectives.transfer_time_s(half, hw.nvlink_bytes_per_s)
+    ib = collectives.transfer_time_s(half, hw.infiniband_bytes_per_s)
+    assert (f"{fwd_s * 1e3:.2f}", f"{nv * 1e3:.2f}", f"{ib * 1e3:.2f}") == ("1.02", "0.92", "2.94")
+    assert f"{ib / fwd_s:.1f}" == "2.9"
+    assert 0.8 < nv / fwd_s < 1.0        # "about as long as the computation they serve"
+
+
+def test_full_recompute_tp_collectives_are_not_counted():
+    """The lab convention: 4 collectives per layer whatever the recomputation; the plan says so in its notes."""
+    full = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, recompute="full"))
+    sel = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, recompute="selective"))
+    assert full.comm_bytes_per_step["tp"] == sel.comm_bytes_per_step["tp"] == tp.tp_bytes_per_step(S, B, H, L, 8, 8)
+    assert any("full recompute" in n for n in full.notes) and not any("recompute" in n for n in sel.notes)
+    # with sequence parallelism the stored layer input is the sequence shard: 2sbh/t per layer
+    assert full.memory_bytes["activations"] == 2 * S * B * H * L / 8
 
 
 def test_zero_paper_40b_two_dgx2():

@@ -6,10 +6,15 @@ every gradient in it is ready, while the backward pass carries on with earlier l
 
 **Bucket assignment** (``compute_bucket_assignment_by_size`` in PyTorch's reducer): walk the parameters
 in *reversed* registration order (roughly the order backward produces their gradients), add each tensor's
-gradient bytes to the open bucket, and close the bucket once it holds at least its cap. The first bucket's
-cap is 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``, so that communication starts early), every later one
-``bucket_cap_mb`` = 25 MiB (26,214,400 B; ``data/published.json`` key ``ddp_bucket_cap_bytes``). A tensor
-bigger than the cap gets a bucket to itself (with whatever small tensors were already open).
+gradient bytes (elements × the gradient dtype's size: 2 B for bf16, 4 B for fp32) to the open bucket, and
+close the bucket once it holds at least its cap. With the default ``bucket_cap_mb=None`` the first bucket's
+cap is 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``, so that communication starts early) and every later one
+25 MiB (26,214,400 B; ``data/published.json`` key ``ddp_bucket_cap_bytes``); an explicit ``bucket_cap_mb``
+(even 25) applies to every bucket, the first included (``first_cap_bytes=cap_bytes`` here). A tensor bigger
+than the cap gets a bucket to itself (with whatever small tensors were already open). PyTorch (with the
+default ``find_unused_parameters=False``) runs the first iteration with all gradients in one bucket and rebuilds the buckets with this rule, in the order the
+gradients actually became ready, before the second; this module models those rebuilt buckets (from the
+second iteration on), taking reversed registration order as the ready order.
 
 **Timeline** (this module's model, not PyTorch's): the backward pass visits the tensors in that order and
 spends on each 4 FLOP × its parameters × tokens ÷ the effective FLOP/s (``meshplan.compute``); tensors
@@ -20,8 +25,8 @@ all-reduce has finished (one serial link), and takes bytes ÷ bandwidth. The **e
 is what is left after the backward pass ends: max(0, last all-reduce end − backward end).
 
 Assumptions: bf16 gradients (2 B per parameter); latency, kernel launch, and the optimizer step ignored;
-compute and communication do not slow each other down; DDP's bucket rebuild after the first iteration
-(which reorders by the observed gradient order) is not modelled.
+compute and communication do not slow each other down; the gradients become ready in reversed registration
+order (the real ready order, which the rebuild uses, can differ inside a layer).
 
 Tensors: for the llama and qwen3_5 families each decoder layer is modelled as its tensors in Hugging
 Face registration order: the token mixer (attention or Gated DeltaNet) as **one block**, the MLP's three
@@ -44,8 +49,8 @@ from .compute import backward_time_s
 from .model import ModelSpec
 from .units import MiB
 
-DEFAULT_CAP_BYTES = 25 * MiB          # bucket_cap_mb=25 (MiB in the code), data/published.json ddp_bucket_cap_bytes
-FIRST_BUCKET_BYTES = 1 * MiB          # dist._DEFAULT_FIRST_BUCKET_BYTES
+DEFAULT_CAP_BYTES = 25 * MiB          # bucket_cap_mb=None -> 25 MiB, data/published.json ddp_bucket_cap_bytes
+FIRST_BUCKET_BYTES = 1 * MiB          # dist._DEFAULT_FIRST_BUCKET_BYTES (only with bucket_cap_mb=None)
 GRAD_BYTES_PER_PARAM = 2              # bf16 gradients
 
 
