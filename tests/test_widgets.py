@@ -230,3 +230,9 @@ def test_live_widget_check_uses_compare(monkeypatch, floor_ex):
     assert out.value == f"<div class='mp-answer'>{expected}</div>"
     slider.value = 64  # moving a slider clears the answer
     assert out.value == ""
+
+
+def test_compare_zero_answer_matched_only_by_zero():
+    zero = Result(0.0, "0.0 %")
+    assert compare("0", zero, "%").endswith(": ✓ within 5 %.")
+    assert compare("1", zero, "%").endswith(": ✗ off.")

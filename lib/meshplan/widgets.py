@@ -70,7 +70,8 @@ def compare(prediction: str, result: Result, unit: str = "", digits: int = 1, to
         return f"The library says {result.text}. (Type a number to see how far off you were.)"
     diff = x - result.value
     sign = "+" if diff >= 0 else "−"
-    rel = abs(diff) / abs(result.value) if result.value else float("inf")
+    # relative error; an exact answer of 0 is matched only by a prediction of exactly 0
+    rel = abs(diff) / abs(result.value) if result.value else (0.0 if diff == 0 else float("inf"))
     off = f"{sign}{abs(diff):,.{digits}f}{(' ' + unit) if unit else ''}"
     pct = f" ({sign}{_round_half_up(100 * rel)} %)" if result.value else ""
     verdict = f"✓ within {_round_half_up(100 * tolerance)} %" if rel <= tolerance else "✗ off"
@@ -233,7 +234,7 @@ root.querySelector(".mp-check").addEventListener("click",function(){
   else if(typeof r.value==="string"){msg="The library says "+r.text+". "+(p.toLowerCase()===r.value.toLowerCase()?
     "\u2713 Your prediction matches.":"\u2717 You predicted "+p+".");}
   else if(!isFinite(Number(p))){msg="The library says "+r.text+". (Type a number to see how far off you were.)";}
-  else{var d=Number(p)-r.value,sg=d>=0?"+":"\u2212",rel=r.value?Math.abs(d)/Math.abs(r.value):Infinity;
+  else{var d=Number(p)-r.value,sg=d>=0?"+":"\u2212",rel=r.value?Math.abs(d)/Math.abs(r.value):(d===0?0:Infinity);
     msg="The library says "+r.text+". Your prediction is off by "+sg+fmt(Math.abs(d))+(data.unit?" "+data.unit:"")+
     (r.value?" ("+sg+Math.round(100*rel)+" %)":"")+": "+(rel<=data.tolerance?"\u2713 within "+Math.round(100*data.tolerance)+" %":"\u2717 off")+".";}
   ans.textContent=msg;
