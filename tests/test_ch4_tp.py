@@ -131,3 +131,11 @@ def test_bench_is_seeded_and_validates():
         tpbench.bench(5)
     with pytest.raises(ValueError, match="dtype"):
         tpbench.bench(2, "float16")
+
+
+def test_megatron_sp_backward_regather():
+    # two extra all-gathers of s·b·h per layer: 2 × 7/8 × 41,943,040 B = 73,400,320 B at t = 8
+    extra = tp.megatron_sp_regather_bytes_per_layer(4096, 1, 5120, 8)
+    assert extra == 73_400_320
+    assert f"{extra / tp.tp_bytes_per_layer(4096, 1, 5120, 8):.0%}" == "25%"
+    assert tp.megatron_sp_regather_bytes_per_layer(4096, 1, 5120, 1) == 0

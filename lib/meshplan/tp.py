@@ -94,3 +94,21 @@ def tp_collectives_per_layer(s: int, b: int, h: int, t: int, sp: bool = False,
     ag, rs = all_gather_bytes(t, x), reduce_scatter_bytes(t, x)
     return {"all-gather (forward)": 2 * ag, "reduce-scatter (forward)": 2 * rs,
             "all-gather (backward)": 2 * ag, "reduce-scatter (backward)": 2 * rs}
+
+
+def megatron_sp_regather_bytes_per_layer(s: int, b: int, h: int, t: int, act_bytes: int = ACT_BYTES) -> float:
+    """Extra bytes Megatron-LM's sequence-parallel backward sends per layer per micro-batch.
+
+    The forward all-gathers the sequence-sharded input of each column-parallel linear (attention's QKV and the
+    MLP's first matrix) but saves only the shard, to keep activations divided by t; the backward needs the
+    full input for the weight gradient and all-gathers it again, overlapped with the input-gradient matmul
+    (Megatron-LM ``megatron/core/tensor_parallel/layers.py``,
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``, the ``sequence_parallel and
+    wgrad_compute`` branch). Two all-gathers of s·b·h per layer: (t−1)/t × s·b·h × 2 B each, a quarter more
+    than the four all-reduces of ``tp_bytes_per_layer``, which follow the paper and count SP as costing
+    exactly what TP costs.
+
+        >>> megatron_sp_regather_bytes_per_layer(4096, 1, 5120, 8) / tp_bytes_per_layer(4096, 1, 5120, 8)
+        0.25
+    """
+    return 2 * all_gather_bytes(t, s * b * h * act_bytes)
