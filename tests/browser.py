@@ -49,6 +49,17 @@ def site_page_exists(relpath: str) -> bool:
     return site_path(relpath).is_file()
 
 
+def require_site(relpath: str) -> None:
+    """Skip the calling test if the page was not built, unless running in CI (``CI`` set), where a missing
+    page fails it: `make test` builds the book first, so a missing page there is a defect."""
+    import pytest
+
+    if not site_page_exists(relpath):
+        if os.environ.get("CI"):
+            pytest.fail(f"{site_path(relpath)} was not built")
+        pytest.skip(f"{site_path(relpath)} does not exist: build the site first (`make book`)")
+
+
 def site_url(relpath: str) -> str:
     """``file://`` URL of a file of the built site."""
     return site_path(relpath).resolve().as_uri()

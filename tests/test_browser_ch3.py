@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
-from browser import SITE_DIR, offline_browser, site_page_exists
+from browser import offline_browser, require_site
 from meshplan import load_model, zero
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/03_zero_fsdp.html"
 
-
-def _require_site(relpath: str) -> None:
-    if not site_page_exists(relpath):
-        if os.environ.get("CI"):
-            pytest.fail(f"{SITE_DIR / relpath} was not built")
-        pytest.skip(f"{SITE_DIR / relpath} does not exist: build the site first (`make book`)")
 
 
 def _states_gb(gpus: int, stage: int) -> float:
@@ -25,7 +15,7 @@ def _states_gb(gpus: int, stage: int) -> float:
 
 
 def test_chapter3_ladder_exercise():
-    _require_site(PAGE)
+    require_site(PAGE)
     with offline_browser() as browser:
         page = browser.open(PAGE)
         ex = page.locator("#mp-ex-ch3-ladder")

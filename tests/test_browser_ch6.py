@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from browser import SITE_DIR, offline_browser, site_page_exists
+from browser import offline_browser, require_site
 from meshplan import cp
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/06_context_parallel.html"
 
 
-def _require_site(relpath: str) -> None:
-    if not site_page_exists(relpath):
-        if os.environ.get("CI"):
-            pytest.fail(f"{SITE_DIR / relpath} was not built")
-        pytest.skip(f"{SITE_DIR / relpath} does not exist: build the site first (`make book`)")
-
 
 def test_chapter6_causal_load_exercise():
-    _require_site(PAGE)
+    require_site(PAGE)
     with offline_browser() as browser:
         page = browser.open(PAGE)
         ex = page.locator("#mp-ex-ch6-causal")

@@ -3,11 +3,7 @@ compare the highlighted groups with ``meshplan.Mesh``; move an exercise slider a
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
-from browser import SITE_DIR, offline_browser, site_page_exists
+from browser import offline_browser, require_site
 from meshplan import Mesh, Plan, evaluate
 from meshplan.grid import _members
 from meshplan.mesh import AXES
@@ -15,12 +11,6 @@ from meshplan.widgets import Result, compare
 
 CH8 = "notebooks/08_4d_lab.html"
 
-
-def _require_site(relpath: str) -> None:
-    if not site_page_exists(relpath):
-        if os.environ.get("CI"):
-            pytest.fail(f"{SITE_DIR / relpath} was not built")
-        pytest.skip(f"{SITE_DIR / relpath} does not exist: build the site first (`make book`)")
 
 
 def _highlighted(grid) -> dict[str, set[int]]:
@@ -51,7 +41,7 @@ def _check_rank(grid, mesh: Mesh, rank: int) -> None:
 
 
 def test_chapter8_grid_click_highlights_the_mesh_groups():
-    _require_site(CH8)
+    require_site(CH8)
     with offline_browser() as browser:
         page = browser.open(CH8)
         grid = page.locator("#mp-grid-ch8-grid-64")
@@ -89,7 +79,7 @@ def _heaviest_gb(tp: int, pp: int, m: int) -> float:
 
 
 def test_chapter8_exercise_slider_and_check():
-    _require_site(CH8)
+    require_site(CH8)
     with offline_browser() as browser:
         page = browser.open(CH8)
         ex = page.locator("#mp-ex-ch8-plan64")

@@ -3,11 +3,7 @@ type a prediction, press Check, and compare the page's answer with the library's
 
 from __future__ import annotations
 
-import os
-
-import pytest
-
-from browser import SITE_DIR, offline_browser, site_page_exists
+from browser import offline_browser, require_site
 from meshplan import load_model, units
 from meshplan.realrun.predict import gpt_param_numels, zero1_partition
 from meshplan.widgets import Result, compare
@@ -15,19 +11,13 @@ from meshplan.widgets import Result, compare
 CH9 = "notebooks/09_real_runs.html"
 
 
-def _require_site(relpath: str) -> None:
-    if not site_page_exists(relpath):
-        if os.environ.get("CI"):
-            pytest.fail(f"{SITE_DIR / relpath} was not built")
-        pytest.skip(f"{SITE_DIR / relpath} does not exist: build the site first (`make book`)")
-
 
 def _owned_mb(n: int, rank: int) -> float:
     return zero1_partition(gpt_param_numels(load_model("small-3.7m")), n)[rank] * 8 / units.MB
 
 
 def test_chapter9_zero1_owner_exercise_shows_the_library_answer():
-    _require_site(CH9)
+    require_site(CH9)
     with offline_browser() as browser:
         page = browser.open(CH9)
         ex = page.locator("#mp-ex-ch9-zero1-owner")

@@ -7,22 +7,14 @@ and pressing Check.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from browser import SITE_DIR, offline_browser, site_page_exists
+from browser import offline_browser, require_site
 from meshplan import Plan, evaluate
 from meshplan.widgets import Result, compare
 
 CH1 = "notebooks/01_one_gpu.html"
 
-
-def _require_site(relpath: str) -> None:
-    if not site_page_exists(relpath):
-        if os.environ.get("CI"):
-            pytest.fail(f"{SITE_DIR / relpath} was not built")
-        pytest.skip(f"{SITE_DIR / relpath} does not exist: build the site first (`make book`)")
 
 
 def _states_gb(model: str, gpus: int) -> float:
@@ -30,7 +22,7 @@ def _states_gb(model: str, gpus: int) -> float:
 
 
 def test_chapter1_slider_and_check_show_the_library_answer():
-    _require_site(CH1)
+    require_site(CH1)
     with offline_browser() as browser:
         page = browser.open(CH1)
         ex = page.locator("#mp-ex-ch1-floor")

@@ -11,7 +11,7 @@ import pytest
 from meshplan import activations, evaluate, load_model, pp, published, schedule, tp
 from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
 from meshplan.plotting import TimelineExplorer, gantt, gantt_grid, timeline_svg
-from meshplan.units import GB, MB, fmt_gb, fmt_mb, fmt_pct
+from meshplan.units import fmt_gb, fmt_mb, fmt_pct
 
 S, B = 4096, 1
 

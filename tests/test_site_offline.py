@@ -2,11 +2,12 @@
 images, fonts or frames, and MathJax is served from the site itself.
 
 Plain hyperlinks (<a href="https://...">) to other sites are fine.
-Runs after `make book` (which `make test` does first); skips if _build/html is missing.
+Runs after `make book` (which `make test` does first); skips if _build/html is missing, fails then in CI.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -81,6 +82,8 @@ class _Scanner(HTMLParser):
 
 def _html_pages() -> list[Path]:
     if not SITE.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"{SITE} was not built")
         pytest.skip(f"{SITE} does not exist: build the site first (`make book`)")
     pages = sorted(SITE.rglob("*.html"))
     assert pages, f"no HTML pages under {SITE}"

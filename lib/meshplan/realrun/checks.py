@@ -9,7 +9,6 @@ CPU trains in fp32.
 from __future__ import annotations
 
 import importlib.util
-from collections import Counter
 
 from .. import collectives, dp, pp, tp, zero
 from ..model import load_model
