@@ -237,3 +237,33 @@ def test_step_time_and_tflops():
         compute.step_time_s(fp, 4096, 0)
     assert fmt_tflops(4e14) == "400 TFLOP/s"
     assert fmt_tflops(380e12, 1) == "380.0 TFLOP/s"
+
+
+def test_most_loaded_stage_weighs_experts_by_their_split():
+    # a 60-layer DeepSeek-V3 variant on PP 4 (15 layers a stage): stage 0 holds the 3 dense layers and the
+    # embedding, the last stage the head, final norm and MTP module (whose MoE layer's experts are experts).
+    import json
+
+    from meshplan import model_from_config
+    from meshplan.model import MODELS_DIR
+
+    cfg = json.loads((MODELS_DIR / "deepseek-v3.json").read_text())
+    cfg["num_hidden_layers"] = 60
+    m = model_from_config(cfg, "dsv3-60")
+    comps, lexp = m.params.components, m.layer_expert_params
+    final_norm = m.hidden_size
+    mtp = m.params.extra["mtp"]
+    for tp, ep, etp in ((1, 8, 1), (2, 8, 2), (2, 8, 1), (8, 2, 8)):
+        plan = Plan(model=m, gpus=tp * 4 * 16, tp=tp, pp=4, dp=16, ep=ep, expert_tp=etp, stage_balance="max")
+        loads = []
+        for k in range(4):
+            layers = range(15 * k, 15 * (k + 1))
+            dense = sum(m.layer_params[i] - lexp[i] for i in layers)
+            exp = sum(lexp[i] for i in layers)
+            if k == 0:
+                dense += comps["embedding"]
+            if k == 3:
+                dense += comps["head"] + final_norm + mtp - max(lexp)
+                exp += max(lexp)
+            loads.append(dense / tp + exp / (etp * ep))
+        assert evaluate(plan).params_per_gpu == pytest.approx(max(loads), rel=1e-12)

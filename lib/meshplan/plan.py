@@ -335,34 +335,19 @@ class Report:
 def _stage_params(plan: Plan) -> tuple[float, float]:
     """(dense, routed-expert) parameters of one pipeline stage's model replica, before TP/EP splits."""
     m = plan.model
-    experts = m.routed_expert_params
-    if plan.layers_per_stage is not None and plan.pp > 1:
+    if plan.pp > 1 and (plan.layers_per_stage is not None or plan.stage_balance == "max"):
         return _uneven_stage_params(plan)
-    if plan.stage_balance == "even" or plan.pp == 1:
-        return (m.params.total - experts) / plan.pp, experts / plan.pp
-    comps = m.params.components
-    per = m.num_layers // plan.pp
-    lexp = m.layer_expert_params or (0,) * m.num_layers
-    best = (0.0, 0.0)
-    for k in range(plan.pp):
-        layers = range(k * per, (k + 1) * per)
-        dense = sum(m.layer_params[i] - lexp[i] for i in layers)
-        exp = sum(lexp[i] for i in layers)
-        if k == 0:
-            dense += comps["embedding"] + comps["vision"]
-        if k == plan.pp - 1:
-            final_norm = sum(n * per for name, n, per in m.params.groups if name == "final_norm")
-            dense += comps["head"] + final_norm + comps["mtp"] + m.params.extra.get("mtp", 0)
-        if dense + exp > sum(best):
-            best = (dense, exp)
-    return best
+    experts = m.routed_expert_params
+    return (m.params.total - experts) / plan.pp, experts / plan.pp
 
 
 def _uneven_stage_params(plan: Plan) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of the stage whose share per GPU (dense/t + experts/(t·e)) is
-    largest, for explicit ``layers_per_stage``. With ``stage_balance="max"`` the first stage holds the
-    embedding (and vision tower), the last the head, final norm and MTP module, whose routed experts (one
-    MoE layer's worth for DeepSeek-V3) count as experts."""
+    """(dense, routed-expert) parameters of the stage whose share per GPU (dense/t + experts/(expert_tp·e))
+    is largest, for explicit ``layers_per_stage`` (or equal stages with ``stage_balance="max"``).
+
+    With ``stage_balance="max"`` the first stage holds the embedding (and vision tower), the last the head,
+    final norm and MTP module, whose routed experts (one MoE layer's worth for DeepSeek-V3) count as
+    experts; with ``"even"`` everything outside the layers is spread evenly over the stages."""
     m = plan.model
     comps = m.params.components
     lexp = m.layer_expert_params or (0,) * m.num_layers
@@ -374,7 +359,8 @@ def _uneven_stage_params(plan: Plan) -> tuple[float, float]:
     last = comps["head"] + final_norm + mtp - mtp_exp
     outside_even = (m.params.total - sum(m.layer_params)) / plan.pp
     best, best_load, start = (0.0, 0.0), -1.0, 0
-    for k, n in enumerate(plan.layers_per_stage):
+    stages = plan.layers_per_stage or (m.num_layers // plan.pp,) * plan.pp
+    for k, n in enumerate(stages):
         layers = range(start, start + n)
         start += n
         dense = float(sum(m.layer_params[i] - lexp[i] for i in layers))
