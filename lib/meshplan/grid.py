@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from itertools import product
 from typing import Mapping, Sequence
 
 from .mesh import AXES, DEFAULT_ORDER, Mesh
-from .widgets import STATIC_ENV
+from .widgets import static_and_live_bundle
 
 AXIS_COLOURS = {"tp": "#1f77b4", "cp": "#2ca02c", "pp": "#ff7f0e", "dp": "#9467bd"}
 AXIS_NAMES = {"tp": "TP group", "cp": "CP group", "pp": "pipeline (PP)", "dp": "DP group"}
@@ -179,14 +178,7 @@ class DeviceGrid:
                   f'<script>{_JS.replace("__ID__", "mp-grid-" + self.id)}</script>\n</div>')
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": f"DeviceGrid {self.id!r}: {self.gpus} GPUs", "text/html": self.to_html()}
-        if os.environ.get(STATIC_ENV) != "1":
-            view = self.live()
-            if view is not None:
-                bundle.update(view._repr_mimebundle_() if hasattr(view, "_repr_mimebundle_") else {})
-                bundle["text/html"] = self.to_html()
-                bundle["text/plain"] = f"DeviceGrid {self.id!r}: {self.gpus} GPUs"
-        return bundle
+        return static_and_live_bundle(f"DeviceGrid {self.id!r}: {self.gpus} GPUs", self.to_html(), self.live)
 
     # ------------------------------------------------------------------ live widget
     def live(self):

@@ -35,6 +35,19 @@ STATIC_ENV = "MESHPLAN_STATIC"  # set to 1 by the book build: emit only the stat
 _ID_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+def static_and_live_bundle(text_plain: str, html_text: str, live) -> dict:
+    """The MIME bundle shared by every interactive display of the course: ``text/html`` (the static version,
+    which the book renders) plus, unless ``MESHPLAN_STATIC=1`` (the book build), the live ipywidget's view
+    (``live()`` returns the widget or None), which Jupyter renders."""
+    bundle = {}
+    if os.environ.get(STATIC_ENV) != "1":
+        view = live()
+        if view is not None and hasattr(view, "_repr_mimebundle_"):
+            bundle.update(view._repr_mimebundle_())
+    bundle.update({"text/plain": text_plain, "text/html": html_text})
+    return bundle
+
+
 @dataclass(frozen=True)
 class Result:
     """The library's answer for one slider combination: a number (or a word), its text, or an error."""
@@ -177,14 +190,7 @@ class Exercise:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {"text/plain": f"Exercise {self.id!r}: {self.question}", "text/html": self.to_html()}
-        if os.environ.get(STATIC_ENV) != "1":
-            view = self.live()
-            if view is not None:
-                bundle.update(view._repr_mimebundle_() if hasattr(view, "_repr_mimebundle_") else {})
-                bundle["text/html"] = self.to_html()
-                bundle["text/plain"] = f"Exercise {self.id!r}: {self.question}"
-        return bundle
+        return static_and_live_bundle(f"Exercise {self.id!r}: {self.question}", self.to_html(), self.live)
 
     # ------------------------------------------------------------------ live widget
     def live(self):
