@@ -25,7 +25,7 @@ from pathlib import Path
 import meshplan
 from meshplan import activations
 
-OUT = Path(__file__).resolve().parents[1] / "data" / "gpu_activation_check.json"
+OUT = Path(__file__).resolve().parents[1] / "lib" / "meshplan" / "data" / "gpu_activation_check.json"
 
 
 def build_layer(torch, h, a, p_drop=0.1):

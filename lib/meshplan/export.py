@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .mesh import parse_order
-from .model import DATA_DIR
+from .resources import DATA_DIR
 from .plan import Plan
 
 ENGINES_DIR = DATA_DIR / "engines"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .model import DATA_DIR
+from .resources import DATA_DIR
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+from .resources import DATA_DIR
 MODELS_DIR = DATA_DIR / "models"
 
 COMPONENT_KEYS = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from .model import DATA_DIR
+from .resources import DATA_DIR
 from .units import HOURS_PER_YEAR
 
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..model import DATA_DIR
+from ..resources import DATA_DIR
 
 RESULTS_PATH = DATA_DIR / "realrun_results.json"
 DIMENSIONS = ("ddp", "fsdp", "zero1", "tp", "pp", "collectives")
