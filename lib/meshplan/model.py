@@ -62,6 +62,78 @@ class ParamCount:
 
 
 @dataclass(frozen=True)
+class LayerSpec:
+    """One decoder layer, as the per-layer formulas (TP splits, activations, EP, pipeline stages) need it.
+
+    Every field is read from the config, never assumed; a field that does not apply keeps its default.
+
+    Attributes:
+        mixer: ``"attention"`` (softmax attention over heads; full or sliding-window), ``"mla"`` (DeepSeek's
+            multi-head latent attention) or ``"linear_attention"`` (Gated DeltaNet: a fixed-size state).
+        sliding_window: tokens a query attends to in a sliding-window layer; ``None`` for full attention.
+        num_heads, num_kv_heads, head_dim: query heads, KV heads and the query/key head width.
+        v_head_dim: value head width (= head_dim except for MLA).
+        qk_norm: per-head RMSNorm on q and k (Qwen3, OLMo 2 norms the whole q/k projection: see ``qk_norm_width``).
+        qk_norm_width: elements each q/k norm weight holds (head_dim per head, or the projection width).
+        qkv_bias, o_bias: biases of the q/k/v projections and of the output projection.
+        output_gate: the query projection also produces a sigmoid gate on the attention output (Qwen3.5).
+        q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim: MLA's low-rank shapes (0 if not MLA).
+        linear_num_key_heads, linear_num_value_heads, linear_key_head_dim, linear_value_head_dim,
+        linear_conv_kernel: Gated DeltaNet's shape (0 if not linear attention).
+        mlp: ``"gated"`` (gate and up projections, SwiGLU/GeGLU) or ``"plain"`` (up, activation, down).
+        activation: ``"silu"``, ``"gelu"``, ``"gelu_tanh"``, ...
+        intermediate_size: width of the dense MLP (or of each routed expert in a MoE layer: see below).
+        mlp_bias: biases in the MLP.
+        num_experts, experts_per_token, expert_intermediate_size: the routed experts (0 for a dense layer).
+        num_shared_experts, shared_intermediate_size: always-active shared experts (total width of the shared MLP).
+        shared_expert_gate: a sigmoid gate on the shared experts' output (Qwen2-MoE).
+        router_bias: the router carries a per-expert bias (DeepSeek-V3's e_score_correction_bias).
+        norm: ``"rmsnorm"`` or ``"layernorm"``; norms_per_layer: 2 (pre-norm), 4 (Gemma 2/3's sandwich norms).
+        params: parameters of the whole layer; expert_params: of its routed experts.
+    """
+
+    mixer: str = "attention"
+    sliding_window: int | None = None
+    num_heads: int = 0
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    v_head_dim: int = 0
+    qk_norm: bool = False
+    qk_norm_width: int = 0
+    qkv_bias: bool = False
+    o_bias: bool = False
+    output_gate: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    mlp: str = "gated"
+    activation: str = "silu"
+    intermediate_size: int = 0
+    mlp_bias: bool = False
+    num_experts: int = 0
+    experts_per_token: int = 0
+    expert_intermediate_size: int = 0
+    num_shared_experts: int = 0
+    shared_intermediate_size: int = 0
+    shared_expert_gate: bool = False
+    router_bias: bool = False
+    norm: str = "rmsnorm"
+    norms_per_layer: int = 2
+    params: int = 0
+    expert_params: int = 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """The shape of a model as the parallelism formulas need it (all sizes are counts, not bytes).
 
@@ -86,6 +158,8 @@ class ModelSpec:
             4 backward).
         routed_expert_params: parameters of all routed experts (0 for dense models).
         layer_expert_params: routed-expert parameters of each layer (empty for dense models).
+        max_position_embeddings: positions the model was trained for (None if the config has none).
+        layers: one ``LayerSpec`` per decoder layer, in order (empty until every family fills it).
     """
 
     name: str
@@ -109,6 +183,7 @@ class ModelSpec:
     routed_expert_params: int = 0
     layer_expert_params: tuple[int, ...] = ()
     max_position_embeddings: int | None = None
+    layers: tuple[LayerSpec, ...] = ()
 
     @property
     def is_moe(self) -> bool:
