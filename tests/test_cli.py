@@ -20,7 +20,7 @@ from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
 REPO = Path(__file__).resolve().parents[1]
 
 CONTRACT = ["model", "params", "gpus", "mesh", "memory_bytes", "fits", "comm_bytes_per_step", "link", "bubble"]
-DIMS = ["dp", "tp", "pp", "cp", "ep"]
+DIMS = ["dp", "tp", "pp", "cp", "ep", "edp"]  # the five dimensions and the expert-data-parallel sync
 
 # name -> argv after "plan"; "{tmp}" is replaced by a module temp dir holding the bad configs
 OK = {
@@ -56,7 +56,8 @@ BAD = {
     "gpus_per_node": ("--model qwen3.8-27b --gpus 12 --gpus-per-node 8", ["gpus_per_node=8", "gpus=12"]),
     "memory_zero": ("--model qwen3.8-27b --gpus 8 --gpu-memory-gb 0", ["gpu-memory-gb=0"]),
     # a 300-digit sequence length: activations overflow a float; --json must not print the token Infinity
-    "seq_overflow": ("--model qwen3.8-27b --gpus 8 --json --seq " + "9" * 300, ["seq=999", "overflow"]),
+    "seq_overflow": ("--model qwen3.8-27b --gpus 8 --json --seq " + "9" * 300,
+                     ["seq=999999999999…", "(300 digits) is more than the 67,108,864 this library plans for"]),
     "invalid_json": ("--model {tmp}/broken.json --gpus 8", ["malformed config", "invalid JSON", "broken.json"]),
     "missing_hidden_size": ("--model {tmp}/nohidden.json --gpus 8", ["missing key 'hidden_size'", "nohidden.json"]),
     "unsupported_type": ("--model {tmp}/mamba.json --gpus 8", ["unsupported model_type 'mamba'"]),
@@ -153,9 +154,10 @@ def test_json_values_lab64_zero1(runs):
     assert obj["fits"] is True
     comm = obj["comm_bytes_per_step"]
     assert {k: f"{comm[k] / 1e9:.1f}" for k in DIMS} == {"dp": "5.2", "tp": "75.2", "pp": "0.7", "cp": "0.0",
-                                                         "ep": "0.0"}
-    assert comm["cp"] == 0 and comm["ep"] == 0
-    assert obj["link"] == {"dp": "infiniband", "tp": "nvlink", "pp": "infiniband", "cp": None, "ep": None}
+                                                         "ep": "0.0", "edp": "0.0"}
+    assert comm["cp"] == 0 and comm["ep"] == 0 and comm["edp"] == 0
+    assert obj["link"] == {"dp": "infiniband", "tp": "nvlink", "pp": "infiniband", "cp": None, "ep": None,
+                           "edp": None}
     assert obj["bubble"] == 0.125
     # the same numbers as the library
     r = evaluate(lab_plan(LAB_64_GPUS[2]))
@@ -170,7 +172,7 @@ def test_json_values_lab8_dp(runs):
     assert [f"{mem[k] / 1e9:.1f}" for k in ("model_states", "activations", "total")] == ["55.6", "2.7", "58.2"]
     assert obj["fits"] is True
     assert f"{obj['comm_bytes_per_step']['dp'] / 1e9:.1f}" == "145.9"
-    assert obj["link"] == {"dp": "nvlink", "tp": None, "pp": None, "cp": None, "ep": None}
+    assert obj["link"] == {"dp": "nvlink", "tp": None, "pp": None, "cp": None, "ep": None, "edp": None}
     assert obj["bubble"] == 0
     assert mem == dict(evaluate(lab_plan(LAB_8_GPUS[0])).memory_bytes)
 
@@ -200,8 +202,8 @@ def test_table_output(runs):
     assert "fits in 80 GB" in fits and "does NOT fit" not in fits
     assert "21.9 %" in fits
     lines = {line.split()[0]: line for line in fits.splitlines() if line.startswith("  TP") or line.startswith("  PP")}
-    assert "75.2 GB" in lines["TP"] and "nvlink" in lines["TP"]
-    assert "2.7 GB" in lines["PP"] and "infiniband" in lines["PP"]
+    assert "75.2 GB" in lines["TP"] and "NVLink" in lines["TP"]
+    assert "2.7 GB" in lines["PP"] and "InfiniBand" in lines["PP"]
     big = _ok(runs, "lab8_selective_table")
     assert "qwen3.8-27b" in big and "101.2 GB" in big and "does NOT fit in 80 GB" in big
     assert "fits" not in big

@@ -39,17 +39,23 @@ def test_recipe_needs_expert_tp_1_on_1024_gpus():
 
 def test_expert_states_are_split_over_expert_tp_times_ep():
     # stages of 3, 3, 4, ..., 4, 3 layers; stage 0 holds the three dense layers, the busiest MoE stages four
-    # MoE layers; with stage_balance="even" the embedding, head and norms are spread over the 16 stages
+    # MoE layers; with stage_balance="even" the embedding, head and norms are spread over the 16 stages. Full
+    # recompute with one micro-batch keeps the activations small and equal per layer, so the stage with the most
+    # model-state bytes is the most loaded one.
     moe_layer, dense_layer = max(DSV3.layer_params), min(DSV3.layer_params)
     experts_per_layer = max(DSV3.layer_expert_params)
     outside = (DSV3.params.total - sum(DSV3.layer_params)) / 16
     stage0 = (3 * dense_layer + outside) / 2                       # dense: split over TP 2 only
     for etp in (1, 2):
         moe_stage = (4 * (moe_layer - experts_per_layer) + outside) / 2 + 4 * experts_per_layer / (etp * 64)
-        plan = Plan.create("deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, expert_tp=etp,
-                           layers_per_stage=spread_layers(DSV3.num_layers, 16))
+        plan = Plan.create("deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, expert_tp=etp, recompute="full",
+                           micro_batches=1, layers_per_stage=spread_layers(DSV3.num_layers, 16))
         assert plan.expert_dp == 2048 // 16 // (etp * 64)
-        assert evaluate(plan).params_per_gpu == pytest.approx(max(stage0, moe_stage), rel=1e-12)
+        per_layer = 2 * 4096 * DSV3.hidden_size / 2                # full recompute, SP over TP 2: 2sbh/t
+        mem0, mem_moe = 16 * stage0 + 3 * per_layer, 16 * moe_stage + 4 * per_layer
+        r = evaluate(plan)
+        assert r.memory_bytes["total"] == pytest.approx(max(mem0, mem_moe), rel=1e-12)
+        assert r.params_per_gpu == pytest.approx(stage0 if mem0 > mem_moe else moe_stage, rel=1e-12)
     # expert TP 1 keeps whole experts: its MoE stage is the busiest; with expert TP 2 the dense stage 0 is
     assert (4 * (moe_layer - experts_per_layer) + outside) / 2 + 4 * experts_per_layer / 64 > stage0
     assert (4 * (moe_layer - experts_per_layer) + outside) / 2 + 4 * experts_per_layer / 128 < stage0

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from meshplan import (FSDP2_BPP, MEGATRON_BPP, Mesh, Plan, activations, collectives, cp, ep, evaluate, load_hardware,
+from meshplan import (FSDP2_BPP, MEGATRON_BPP, Mesh, ParallelDims, Plan, activations, collectives, cp, ep, evaluate, load_hardware,
                       load_model, model_from_config, pp, published, zero)
 from meshplan.lab import LAB_8_GPUS, lab_plan
 from meshplan.mesh import parse_order
@@ -33,34 +33,48 @@ def stages(spec, n_stages: int) -> list[int]:
     return out
 
 
+def stage_memory(spec, n_stages: int, r) -> list[float]:
+    """Memory of every pipeline stage, written out here: 16 B per parameter of its own (``stages``) plus
+    Korthikanti's per-layer activations × its layers × its in-flight micro-batches min(m, p − k)."""
+    p = r.plan
+    per_layer = activations.activation_bytes_per_layer(p.seq, p.micro_batch_size, spec.hidden_size,
+                                                       spec.num_attention_heads, 1, p.recompute)
+    layers = spec.num_layers // n_stages
+    return [16 * x + per_layer * layers * min(p.micro_batches, n_stages - k) for k, x in enumerate(stages(spec, n_stages))]
+
+
 @pytest.mark.parametrize("name", ["qwen3.8-27b", "llama-3.1-8b", "llama-3.1-405b", "small-3.7m", "deepseek-v3"])
-def test_stage_balance_max_is_the_most_loaded_stage(name):
+def test_stage_balance_max_reports_the_most_loaded_stage(name):
+    """Memory is the maximum over every stage of its own model states plus its own activations (not the
+    heaviest stage's states plus another stage's activations)."""
     spec = load_model(name)
     for n in [d for d in range(2, 65) if spec.num_layers % d == 0]:
-        r = evaluate(Plan(model=spec, gpus=n, pp=n, stage_balance="max", gpus_per_node=1))
-        assert r.params_per_gpu == max(stages(spec, n)), (name, n)
-        even = evaluate(Plan(model=spec, gpus=n, pp=n, gpus_per_node=1))
-        assert even.params_per_gpu == spec.params.total / n
-        assert r.params_per_gpu >= even.params_per_gpu
+        r = evaluate(Plan.create(spec, gpus=n, pp=n, stage_balance="max", gpus_per_node=1))
+        per_stage = stage_memory(spec, n, r)
+        assert r.memory_bytes["total"] == pytest.approx(max(per_stage), rel=1e-12), (name, n)
+        assert r.stage == per_stage.index(max(per_stage))
+        assert r.params_per_gpu == stages(spec, n)[r.stage]
+        even = evaluate(Plan.create(spec, gpus=n, pp=n, gpus_per_node=1))
+        assert even.params_per_gpu == spec.params.total / n and even.stage == 0
 
 
 def test_stage_balance_max_anchor_pp4():
     spec = load_model("qwen3.8-27b")
-    r = evaluate(Plan(model=spec, gpus=4, pp=4, stage_balance="max"))
+    r = evaluate(Plan.create(spec, gpus=4, pp=4, stage_balance="max"))
     # stage 0: 12 linear + 4 full layers + embedding + vision tower
     assert r.params_per_gpu == 12 * 383_273_184 + 4 * 372_255_232 + 1_271_398_400 + 460_730_096 == 7_820_427_632
 
 
 def test_stage_balance_max_counts_a_layernorm_final_norm():
-    """BUG: the last stage adds ``hidden_size`` for the final norm, but a GPT-2 LayerNorm with bias has 2h
-    parameters. With an untied head and a single learned position the last stage is the heaviest."""
+    """The last stage's final norm is a GPT-2 LayerNorm with bias: 2h parameters, not h. With an untied head and a
+    single learned position the last stage is the heaviest, and with full recompute its states dominate."""
     cfg = {"model_type": "gpt2", "vocab_size": 1000, "n_positions": 1, "n_embd": 64, "n_layer": 2, "n_head": 4,
            "tie_word_embeddings": False}
     spec = model_from_config(cfg, name="gpt2-untied")
     first, last = stages(spec, 2)
     assert last - first == 64  # the final norm's bias
-    r = evaluate(Plan(model=spec, gpus=2, pp=2, stage_balance="max"))
-    assert r.params_per_gpu == last
+    r = evaluate(Plan.create(spec, gpus=2, pp=2, stage_balance="max", recompute="full", micro_batches=1))
+    assert r.stage == 1 and r.params_per_gpu == last
 
 
 def test_bytes_per_param_variants():
@@ -92,7 +106,7 @@ def test_report_notes_and_heaviest_dim():
     assert tp2pp4.notes == ("full recompute re-runs the forward's 2 TP collectives per layer; not counted "
                             "(lab convention)",)
     assert evaluate(lab_plan(LAB_8_GPUS[0])).heaviest_dim == "dp"
-    single = evaluate(Plan.create("small-3.7m", gpus=1))
+    single = evaluate(Plan.create("small-3.7m", gpus=1, seq=64))
     assert single.heaviest_dim is None and single.notes == ()
     assert all(v == 0 for v in single.comm_bytes_per_step.values())
 
@@ -112,24 +126,24 @@ def test_plan_create_defaults_dp():
     with pytest.raises(ValueError, match=r"tp×cp×pp = 8×1×3 = 24 does not divide gpus=64"):
         Plan.create("qwen3.8-27b", gpus=64, tp=8, pp=3)
     with pytest.raises(ValueError, match="model=.* must be a ModelSpec"):
-        Plan(model="qwen3.8-27b", gpus=1)
+        Plan(model="qwen3.8-27b", dims=ParallelDims())
 
 
 def test_kv_replication_switch():
     spec = load_model("qwen3.8-27b")  # 4 KV heads
-    assert Plan(model=spec, gpus=8, tp=8).tp == 8
+    assert Plan.create(spec, gpus=8, tp=8).tp == 8
     with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
-        Plan(model=spec, gpus=8, tp=8, kv_replication=False)
+        Plan.create(spec, gpus=8, tp=8, kv_replication=False)
     with pytest.raises(ValueError, match=r"^tp=3 does not divide 4 KV heads \(and 4 KV heads do not divide tp=3"):
-        Plan(model=spec, gpus=3, tp=3)
+        Plan.create(spec, gpus=3, tp=3)
     with pytest.raises(ValueError, match="^tp=12 does not divide 16 linear-attention key heads$"):
-        Plan(model=spec, gpus=12, tp=12, gpus_per_node=12)
+        Plan.create(spec, gpus=12, tp=12, gpus_per_node=12)
 
 
 def test_context_parallel_split_of_the_gradient_ring():
     """dp·cp ranks sync gradients as a two-level ring: 2(c−1)/c·G under cp, 2(d−1)/d·G/c under dp."""
     spec = load_model("llama-3.1-8b")
-    r = evaluate(Plan(model=spec, gpus=16, cp=4, dp=4, seq=8192))
+    r = evaluate(Plan.create(spec, gpus=16, cp=4, dp=4, seq=8192))
     g = 2 * spec.params.total
     kv = (4 - 1) / 4 * 8192 * spec.kv_width * 2 * 32 * 8  # K/V all-gather: 32 layers, m = 8
     assert r.comm_bytes_per_step["cp"] == pytest.approx(2 * 3 / 4 * g + kv, rel=1e-12)
@@ -142,7 +156,7 @@ def test_context_parallel_split_of_the_gradient_ring():
 
 def test_expert_parallel_deepseek():
     spec = load_model("deepseek-v3")
-    r = evaluate(Plan(model=spec, gpus=64, dp=64, ep=64, zero=1))
+    r = evaluate(Plan.create(spec, gpus=64, dp=64, ep=64, zero=1))
     experts = spec.routed_expert_params
     dense = spec.params.total - experts
     assert r.params_per_gpu == dense + experts / 64
@@ -160,8 +174,8 @@ def test_expert_parallel_with_tp_dispatches_the_sequence_shard():
     """With TP and sequence parallelism each TP rank holds s/t tokens and dispatches only those (Megatron
     requires SP for MoE with TP and all-gathers over TP after the all-to-all): half the bytes at t = 2."""
     spec = load_model("deepseek-v3")
-    sp_on = evaluate(Plan(model=spec, gpus=128, tp=2, dp=64, ep=64, zero=1))
-    sp_off = evaluate(Plan(model=spec, gpus=128, tp=2, dp=64, ep=64, zero=1, sp=False))
+    sp_on = evaluate(Plan.create(spec, gpus=128, tp=2, dp=64, ep=64, zero=1))
+    sp_off = evaluate(Plan.create(spec, gpus=128, tp=2, dp=64, ep=64, zero=1, sp=False))
     a2a = 4 * 63 / 64 * 4096 * 8 * 7168 * 2 * 58 * 8
     assert sp_on.comm_bytes_per_step["ep"] == pytest.approx(a2a / 2, rel=1e-12)
     assert sp_off.comm_bytes_per_step["ep"] == pytest.approx(a2a, rel=1e-12)
@@ -254,8 +268,13 @@ def test_most_loaded_stage_weighs_experts_by_their_split():
     final_norm = m.hidden_size
     mtp = m.params.extra["mtp"]
     for tp, ep, etp in ((1, 8, 1), (2, 8, 2), (2, 8, 1), (8, 2, 8)):
-        plan = Plan(model=m, gpus=tp * 4 * 16, tp=tp, pp=4, dp=16, ep=ep, expert_tp=etp, stage_balance="max")
-        loads = []
+        # ZeRO-1 shards the dense states over the 16 DP ranks and the experts' over their own expert-DP ranks,
+        # so a stage's bytes are not proportional to its parameters; full recompute with m = 1 gives every
+        # stage the same activations, so the most-loaded stage is the one with the most model-state bytes.
+        plan = Plan.create(m, gpus=tp * 4 * 16, tp=tp, pp=4, dp=16, ep=ep, expert_tp=etp, stage_balance="max",
+                           zero=1, recompute="full", micro_batches=1)
+        edp = tp * 16 // (etp * ep)
+        loads, states = [], []
         for k in range(4):
             layers = range(15 * k, 15 * (k + 1))
             dense = sum(m.layer_params[i] - lexp[i] for i in layers)
@@ -266,4 +285,8 @@ def test_most_loaded_stage_weighs_experts_by_their_split():
                 dense += comps["head"] + final_norm + mtp - max(lexp)
                 exp += max(lexp)
             loads.append(dense / tp + exp / (etp * ep))
-        assert evaluate(plan).params_per_gpu == pytest.approx(max(loads), rel=1e-12)
+            states.append(dense / tp * (4 + 12 / 16) + exp / (etp * ep) * (4 + 12 / edp))
+        r = evaluate(plan)
+        k = states.index(max(states))
+        assert r.stage == k and r.params_per_gpu == pytest.approx(loads[k], rel=1e-12)
+        assert r.memory_bytes["model_states"] == pytest.approx(max(states), rel=1e-12)

@@ -106,7 +106,7 @@ def test_each_rejection_names_its_first_failing_constraint(llama):
         s = r.settings
         if r.constraint == "plan":
             with pytest.raises(ValueError) as err:
-                Plan(model=llama.model, gpus=16384, tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=s["dp"], zero=s["zero"],
+                Plan.create(llama.model, gpus=16384, tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=s["dp"], zero=s["zero"],
                      recompute=s["recompute"], seq=8192, micro_batch_size=s["micro_batch_size"],
                      micro_batches=2048 // (s["dp"] * s["micro_batch_size"]), virtual_stages=s["virtual_stages"],
                      layers_per_stage=None if 126 % s["pp"] == 0 else spread_layers(126, s["pp"]))

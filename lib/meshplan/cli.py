@@ -1,23 +1,28 @@
-"""Command line: ``python -m meshplan plan ...``.
+"""Command line: ``meshplan plan|search|export|schedule|validate ...`` (also ``python -m meshplan``).
 
-A stable contract: with ``--json`` exactly one JSON object on stdout (``Report.to_dict``); without it a
-readable table. Bad input: one line on stderr naming the factor, exit code 2, no traceback.
+The one place that owns argparse: every sub-command's options are defined here and call plain library
+functions. A stable contract: with ``--json`` exactly one JSON object (or list, for ``search``) on stdout;
+without it a readable table. Bad input: one line on stderr naming the factor, exit code 2, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import math
 import os
 import sys
+from typing import Callable, Sequence
 
-from .hardware import load_hardware
-from .mesh import DEFAULT_ORDER
-from .model import load_model
-from .plan import DIMS, Plan, evaluate, spread_layers
-from .units import GB, fmt_gb, fmt_pct
+from .dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
+from .hardware import available_hardware, load_hardware
+from .plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
+from .reporting import format_report
+from .units import GB
+
+MAX_GB = 1e6  # 1 PB per GPU
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,53 +34,90 @@ class _UsageError(Exception):
     pass
 
 
-def _int(name):
-    def conv(text):
+def _int(name: str, limit: int | None = None) -> Callable[[str], int]:
+    """A positive integer option (at most ``limit``); the message names the option."""
+    def conv(text: str) -> int:
+        t = text.strip()
+        if not t.isascii() or not t.lstrip("+-").isdigit():
+            raise argparse.ArgumentTypeError(f"{name}={text[:40]!r} must be a positive integer")
+        if len(t.lstrip("+-0")) > 18:
+            raise argparse.ArgumentTypeError(f"{name}={t[:12]}… ({len(t)} digits) is more than the "
+                                             f"{limit or 10**18:,} this library plans for")
         try:
-            value = int(text)
+            return check_count(name, int(t), limit)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return conv
+
+
+def _zero(text: str) -> int:
+    if text not in ("0", "1", "2", "3"):
+        raise argparse.ArgumentTypeError(f"zero={text[:40]!r} must be 0, 1, 2 or 3")
+    return int(text)
+
+
+def _number(name: str, limit: float) -> Callable[[str], float]:
+    """A positive finite number option (at most ``limit``)."""
+    def conv(text: str) -> float:
+        try:
+            value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}={text!r} must be a positive integer") from None
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{name}={value} must be a positive integer")
+            raise argparse.ArgumentTypeError(f"{name}={text[:40]!r} must be a positive number") from None
+        if not math.isfinite(value) or not value > 0:
+            raise argparse.ArgumentTypeError(f"{name}={text[:40]} must be a positive finite number")
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{name}={value:g} is more than {limit:g}")
         return value
     return conv
 
 
-def _zero(text):
-    if text not in ("0", "1", "2", "3"):
-        raise argparse.ArgumentTypeError(f"zero={text!r} must be 0, 1, 2 or 3")
-    return int(text)
-
-
-def _gb(text):
+def _order(text: str) -> str:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"gpu-memory-gb={text!r} must be a positive number") from None
-    if not math.isfinite(value) or not value > 0:
-        raise argparse.ArgumentTypeError(f"gpu-memory-gb={text} must be a positive finite number")
-    return value
+        parse_order(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _hardware(text: str) -> str:
+    try:
+        load_hardware(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _machine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hardware", type=_hardware, default=None,
+                   help=f"a preset ({', '.join(available_hardware()) or 'lab'}) or a path; default: lab, the lab "
+                        "page's machine")
+    p.add_argument("--gpus-per-node", type=_int("gpus-per-node", MAX_GPUS), default=None,
+                   help="override the preset's GPUs per node")
+    p.add_argument("--gpu-memory-gb", type=_number("gpu-memory-gb", MAX_GB), default=None,
+                   help="override the preset's GPU memory (GB = 10^9 B)")
 
 
 def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) -> None:
-    """The options that describe one plan (shared by ``plan`` and by commands that take a plan)."""
-    hw = load_hardware()
+    """The options that describe one plan (``plan`` and ``export``)."""
     p.add_argument("--model", required=model_required, help="a file stem in data/models/ or a path to a config.json")
-    p.add_argument("--gpus", required=True, type=_int("gpus"))
-    p.add_argument("--gpus-per-node", type=_int("gpus-per-node"), default=hw.gpus_per_node)
-    p.add_argument("--gpu-memory-gb", type=_gb, default=hw.gpu_memory_bytes / GB)
+    p.add_argument("--gpus", required=True, type=_int("gpus", MAX_GPUS))
+    _machine_options(p)
     for dim in ("tp", "cp", "ep", "pp"):
-        p.add_argument(f"--{dim}", type=_int(dim), default=1)
-    p.add_argument("--expert-tp", type=_int("expert-tp"), default=None,
+        p.add_argument(f"--{dim}", type=_int(dim, MAX_GPUS), default=1)
+    p.add_argument("--expert-tp", type=_int("expert-tp", MAX_GPUS), default=None,
                    help="expert tensor-parallel size (default: tp); 1 folds EP over TP × CP × DP")
-    p.add_argument("--dp", type=_int("dp"), default=None, help="default: gpus ÷ (tp × cp × pp)")
+    p.add_argument("--dp", type=_int("dp", MAX_GPUS), default=None, help="default: gpus ÷ (tp × cp × pp)")
     p.add_argument("--zero", type=_zero, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
-    p.add_argument("--seq", type=_int("seq"), default=4096)
-    p.add_argument("--micro-batch-size", type=_int("micro-batch-size"), default=1)
-    p.add_argument("--micro-batches", type=_int("micro-batches"), default=8)
-    p.add_argument("--virtual-stages", type=_int("virtual-stages"), default=1)
-    p.add_argument("--order", default=DEFAULT_ORDER, help="mesh axes from inner to outer, e.g. tp-cp-pp-dp")
+    p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
+    p.add_argument("--micro-batch-size", type=_int("micro-batch-size", MAX_MICRO_BATCH_SIZE), default=1)
+    p.add_argument("--micro-batches", type=_int("micro-batches", MAX_MICRO_BATCHES), default=None,
+                   help="micro-batches per step (default 8, or global batch ÷ (dp × micro-batch size))")
+    p.add_argument("--global-batch", type=_int("global-batch", MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS),
+                   default=None, help="sequences per step; sets the micro-batches m = B ÷ (dp × micro-batch size)")
+    p.add_argument("--virtual-stages", type=_int("virtual-stages", MAX_VIRTUAL_STAGES), default=1)
+    p.add_argument("--order", type=_order, default=DEFAULT_ORDER,
+                   help="mesh axes from inner to outer, e.g. tp-cp-pp-dp")
     p.add_argument("--no-sp", action="store_true", help="switch sequence parallelism off")
     p.add_argument("--stage-balance", choices=("even", "max"), default="even")
     p.add_argument("--uneven-stages", action="store_true",
@@ -85,99 +127,122 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The ``Plan`` described by the options of ``add_plan_options`` (ValueError for an invalid plan)."""
-    layers_per_stage = None
-    if args.uneven_stages:
-        layers = load_model(args.model).num_layers
-        if layers % args.pp:
-            layers_per_stage = spread_layers(layers, args.pp)
     return Plan.create(
-        args.model, gpus=args.gpus, dp=args.dp, tp=args.tp, cp=args.cp, ep=args.ep, pp=args.pp, zero=args.zero,
-        recompute=args.recompute, seq=args.seq, micro_batch_size=args.micro_batch_size,
-        micro_batches=args.micro_batches, virtual_stages=args.virtual_stages, order=args.order,
-        gpus_per_node=args.gpus_per_node, gpu_memory_bytes=args.gpu_memory_gb * GB,
-        sp=False if args.no_sp else None, stage_balance=args.stage_balance, layers_per_stage=layers_per_stage,
-        expert_tp=args.expert_tp,
+        args.model, gpus=args.gpus, dp=args.dp, tp=args.tp, cp=args.cp, ep=args.ep, pp=args.pp,
+        expert_tp=args.expert_tp, zero=args.zero, recompute=args.recompute, seq=args.seq,
+        micro_batch_size=args.micro_batch_size, micro_batches=args.micro_batches, global_batch=args.global_batch,
+        virtual_stages=args.virtual_stages, order=args.order, hardware=args.hardware,
+        gpus_per_node=args.gpus_per_node,
+        gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
+        sp=False if args.no_sp else None, stage_balance=args.stage_balance, uneven_stages=args.uneven_stages,
     )
 
 
-# Modules that add a sub-command: each defines ``add_command(subparsers)``, which registers its parser with
-# ``set_defaults(run=function)``; ``function(args)`` returns the exit code and raises ValueError for bad input.
-COMMAND_MODULES: tuple[str, ...] = ("realrun", "schedule", "search", "export")
+# ---------------------------------------------------------------- plan
+def _plan(args) -> int:
+    report = evaluate(plan_from_args(args))
+    _print(json.dumps(report.to_dict()) if args.json else format_report(report))
+    return 0
+
+
+# ---------------------------------------------------------------- search
+def _search(args) -> int:
+    from .search import format_search, search
+
+    result = search(args.model, args.gpus, args.seq, args.global_batch, hardware=args.hardware,
+                    gpus_per_node=args.gpus_per_node,
+                    gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
+                    order=args.order)
+    if args.json:
+        _print(json.dumps([c.to_dict(i) for i, c in enumerate(result.ranked[:args.top], 1)]))
+    else:
+        _print(format_search(result, args.top))
+    return 0
+
+
+def _add_search(sub) -> None:
+    p = sub.add_parser("search", help="rank every plan that fits by an estimated step time")
+    p.add_argument("--model", required=True, help="a file stem in data/models/ or a path to a config.json")
+    p.add_argument("--gpus", required=True, type=_int("gpus", MAX_GPUS))
+    _machine_options(p)
+    p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
+    p.add_argument("--global-batch", required=True,
+                   type=_int("global-batch", MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS),
+                   help="sequences per step")
+    p.add_argument("--top", type=_int("top", 10**6), default=10)
+    p.add_argument("--order", type=_order, default=DEFAULT_ORDER)
+    p.add_argument("--json", action="store_true", help="print a JSON list of the top plan reports")
+    p.set_defaults(run=_search)
+
+
+# ---------------------------------------------------------------- export
+def _export(args) -> int:
+    from .export import export_text
+
+    text = export_text(plan_from_args(args), args.format)
+    _print(text.rstrip("\n"))
+    return 0
+
+
+def _add_export(sub) -> None:
+    from .export import FORMATS
+
+    p = sub.add_parser("export", help="print a plan as Megatron-LM flags or torchtitan settings")
+    add_plan_options(p)
+    p.add_argument("--format", required=True, choices=FORMATS)
+    p.set_defaults(run=_export)
+
+
+# ---------------------------------------------------------------- the parser
+# Sub-commands whose options still live in their own module (each defines ``add_command(subparsers)``).
+COMMAND_MODULES: tuple[str, ...] = ("realrun", "schedule")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m meshplan", description="Plan LLM-training parallelism.")
+    parser = _Parser(prog="meshplan", description="Plan LLM-training parallelism.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     p = sub.add_parser("plan", help="evaluate one plan: memory per GPU, bytes per dimension, links, bubble")
     add_plan_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=_plan)
+    _add_search(sub)
+    _add_export(sub)
     for name in COMMAND_MODULES:
         importlib.import_module(f"meshplan.{name}").add_command(sub)
     return parser
 
 
-def format_report(report) -> str:
-    """A readable table of a report (GB = 10⁹ B)."""
-    p = report.plan
-    mesh = " × ".join(f"{k.upper()} {getattr(p, k)}" for k in ("tp", "cp", "pp", "dp") if getattr(p, k) > 1) or "1 GPU"
-    if p.ep > 1:
-        mesh += (f" (EP {p.ep} inside DP × CP)" if p.etp == p.tp
-                 else f" (EP {p.ep} folded over TP × CP × DP, expert TP {p.etp})")
-    lines = [
-        f"{p.model.name}: {p.model.params.total:,} parameters on {p.gpus} GPUs ({p.gpus_per_node} per node)",
-        f"mesh {mesh}, order {p.order}; ZeRO-{p.zero}, recompute {p.recompute}, s = {p.seq:,}, "
-        f"b = {p.micro_batch_size}, m = {p.micro_batches}, v = {p.virtual_stages}",
-        "",
-        "memory per GPU",
-    ]
-    for k, v in report.model_states_terms.items():
-        lines.append(f"  {'  ' + k:<22}{fmt_gb(v, 2):>14}")
-    mem = report.memory_bytes
-    lines += [
-        f"  {'model states':<22}{fmt_gb(mem['model_states']):>14}",
-        f"  {'activations':<22}{fmt_gb(mem['activations']):>14}",
-        f"  {'total':<22}{fmt_gb(mem['total']):>14}  {'fits' if report.fits else 'does NOT fit'} in "
-        f"{fmt_gb(p.gpu_memory_bytes, 0)}",
-        "",
-        "bytes sent per GPU per step",
-    ]
-    for d in DIMS:
-        if report.link[d] is None:
-            lines.append(f"  {d.upper():<6}{'-':>14}")
-        else:
-            lines.append(f"  {d.upper():<6}{fmt_gb(report.comm_bytes_per_step[d]):>14}  {report.link[d]:<11}"
-                         f"{report.comm_time_s[d]:8.2f} s")
-    lines.append("")
-    lines.append(f"pipeline bubble (p−1)/(m·v): {fmt_pct(report.bubble) if p.pp > 1 else '-'}")
-    for n in report.notes:
-        lines.append(f"note: {n}")
-    return "\n".join(lines)
+def _print(text: str) -> None:
+    """Print ``text``; characters the terminal's encoding cannot show are replaced, not fatal."""
+    try:
+        print(text)
+    except UnicodeEncodeError:
+        enc = sys.stdout.encoding or "ascii"
+        sys.stdout.buffer.write(text.encode(enc, errors="replace") + b"\n")
+        sys.stdout.flush()
 
 
-def _plan(args) -> int:
-    plan = plan_from_args(args)
-    report = evaluate(plan)
-    if args.json:
-        print(json.dumps(report.to_dict()))
-    else:
-        print(format_report(report))
-    return 0
-
-
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
         if args.command is None:
             raise _UsageError("a command is required: " + ", ".join(parser._subparsers._group_actions[0].choices))
-        return args.run(args)
-    except (_UsageError, ValueError) as exc:
-        print(f"meshplan: error: {exc}", file=sys.stderr)
+        code = args.run(args)
+        sys.stdout.flush()
+        return code
+    except (_UsageError, ValueError, RecursionError) as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"meshplan: error: {msg[:500]}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. `| head`: the reader left; exit quietly like other Unix tools
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
+            print(f"meshplan: error: cannot write the output: {os.strerror(exc.errno)}", file=sys.stderr)
+            return 1
+        raise
 
 
 if __name__ == "__main__":

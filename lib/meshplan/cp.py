@@ -44,6 +44,16 @@ def kv_bytes_per_layer(s: int, b: int, kv_width: int, act_bytes: int = ACT_BYTES
     return s * b * kv_width * act_bytes
 
 
+def kv_width_per_gpu(kv_width: int, num_kv_heads: int, tp: int) -> float:
+    """K plus V elements per token that one TP rank holds: kv_width × (KV heads per rank) ÷ KV heads, where a rank
+    holds kv/t heads, or one replicated head when t > kv (``tp.head_split``).
+
+        >>> kv_width_per_gpu(2 * 4 * 256, 4, 8)
+        512.0
+    """
+    return kv_width * max(num_kv_heads // tp, 1) / num_kv_heads
+
+
 def cp_kv_bytes_per_step(s: int, b: int, kv_width: int, cp: int, full_attention_layers: int, micro_batches: int,
                          act_bytes: int = ACT_BYTES) -> float:
     """Bytes one GPU sends per step for K/V: (c−1)/c × K+V bytes × full-attention layers it holds × m."""

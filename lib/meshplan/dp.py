@@ -12,7 +12,7 @@ ignored. The naive alternative gathers everything to rank 0: (N−1) × gradient
 from __future__ import annotations
 
 from .collectives import naive_gather_bytes
-from .zero import DEFAULT_BPP, BytesPerParam, model_states_bytes, zero_sync_bytes
+from .zero import DEFAULT_BPP, LAB_SYNC, BytesPerParam, SyncCollective, model_states_bytes, sync_terms, zero_sync_bytes
 
 GRAD_BYTES_PER_PARAM = 2  # bf16 gradients on the wire
 
@@ -20,6 +20,21 @@ GRAD_BYTES_PER_PARAM = 2  # bf16 gradients on the wire
 def dp_bytes_per_step(params: float, dp: int, zero_stage: int = 0, grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM) -> float:
     """Bytes one GPU sends per step to synchronise ``params`` parameters over ``dp`` replicas."""
     return zero_sync_bytes(dp, params * grad_bytes_per_param, zero_stage)
+
+
+def grad_sync_bytes(params: float, dp: int, cp: int = 1, schedule: tuple[SyncCollective, ...] = LAB_SYNC[0],
+                    micro_batches: int = 1) -> dict[str, float]:
+    """Bytes one GPU sends per step to synchronise ``params`` parameters (this GPU's unsharded share of the model,
+    after the TP/PP splits) over its dp × cp data-parallel ranks, split as a two-level ring: each collective of
+    ``schedule`` (``zero.LAB_SYNC[stage]`` or an engine's, ``accounting``) runs first over the c CP ranks (reported
+    under ``"cp"``), then over the d DP ranks on the 1/c-sized result (``"dp"``). With c = 1 it is the plain ring
+    over d. ZeRO shards over the dp × cp ranks (Megatron's dp-cp group, torchtitan's dp_shard × cp).
+
+        >>> {k: round(v / 1e9, 1) for k, v in grad_sync_bytes(27_781_427_952, 8).items()}
+        {'dp': 97.2, 'cp': 0.0}
+    """
+    return {"dp": sum(sync_terms(dp, params / cp, schedule, micro_batches).values()),
+            "cp": sum(sync_terms(cp, params, schedule, micro_batches).values())}
 
 
 def naive_gather_bytes_per_step(params: float, dp: int, grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM) -> float:

@@ -47,6 +47,18 @@ def experts_per_gpu(num_experts: int, ep: int) -> int:
     return num_experts // ep
 
 
+def tokens_per_gpu(seq: int, micro_batch_size: int, cp: int = 1, tp: int = 1, sequence_parallel: bool = False) -> float:
+    """Tokens of one micro-batch that one GPU dispatches to the experts: s·b/c, ÷ t more with sequence
+    parallelism (each TP rank then holds, and dispatches, only its sequence shard; Megatron demands sequence
+    parallelism whenever MoE runs with TP, and gathers the tokens over TP after the all-to-all).
+
+        >>> tokens_per_gpu(4096, 1, cp=1, tp=8, sequence_parallel=True)
+        512.0
+    """
+    tokens = seq // cp * micro_batch_size
+    return tokens / tp if sequence_parallel else float(tokens)
+
+
 def ep_bytes_per_step(tokens: int, experts_per_token: int, h: int, ep: int, moe_layers: int, micro_batches: int,
                       act_bytes: int = ACT_BYTES) -> float:
     """Bytes one GPU sends per step: 4 × (e−1)/e × tokens·k·h × 2 B × MoE layers it holds × m.

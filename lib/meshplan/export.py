@@ -36,7 +36,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .mesh import parse_order
+from .dims import parse_order
 from .resources import DATA_DIR
 from .plan import Plan
 
@@ -81,10 +81,6 @@ class MegatronExport:
         lines += [f"    {f}" + (f" {v}" if v is not None else "") for f, v in self.flags]
         out = " \\\n".join(lines)
         return "\n".join([f"# note: {n}" for n in self.notes] + [out])
-
-
-def _global_batch(plan: Plan) -> int:
-    return plan.dp * plan.micro_batch_size * plan.micro_batches
 
 
 def _shape_flags(plan: Plan) -> tuple[list, list]:
@@ -164,7 +160,7 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     shape, shape_notes = _shape_flags(plan)
     flags += shape
     flags += [("--seq-length", plan.seq), ("--micro-batch-size", plan.micro_batch_size),
-              ("--global-batch-size", _global_batch(plan)), ("--bf16", None)]
+              ("--global-batch-size", plan.global_batch), ("--bf16", None)]
     notes += shape_notes
     return MegatronExport(run, [(f, None if v is None else str(v)) for f, v in flags], tuple(notes))
 
@@ -196,7 +192,7 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
         "parallelism": par,
         "activation_checkpoint": {"mode": plan.recompute},
         "training": {"local_batch_size": plan.micro_batch_size * plan.micro_batches,
-                     "global_batch_size": _global_batch(plan), "seq_len": plan.seq},
+                     "global_batch_size": plan.global_batch, "seq_len": plan.seq},
     }
     return settings, tuple(notes)
 
@@ -219,29 +215,3 @@ def export_text(plan: Plan, fmt: str) -> str:
     if fmt == "torchtitan":
         return toml(*torchtitan(plan))
     raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
-
-
-# ---------------------------------------------------------------- command line
-def add_command(subparsers) -> None:
-    """Register ``python -m meshplan export``."""
-    from . import cli
-    p = subparsers.add_parser("export", help="print a plan as Megatron-LM flags or torchtitan settings")
-    cli.add_plan_options(p)
-    p.add_argument("--format", required=True, choices=FORMATS)
-    p.add_argument("--global-batch", type=cli._int("global-batch"), default=None,
-                   help="sequences per step; sets the micro-batches m = B ÷ (dp × micro-batch size)")
-
-    def run(args) -> int:
-        if args.global_batch is not None:
-            if args.dp is None and args.gpus % (args.tp * args.cp * args.pp):
-                cli.plan_from_args(args)  # raises the plan's own message: tp×cp×pp does not divide gpus
-            dp = args.dp or args.gpus // (args.tp * args.cp * args.pp) or 1
-            if args.global_batch % (dp * args.micro_batch_size):
-                raise ValueError(f"global batch {args.global_batch} is not divisible by dp × micro-batch size = "
-                                 f"{dp} × {args.micro_batch_size} = {dp * args.micro_batch_size}")
-            args.micro_batches = args.global_batch // (dp * args.micro_batch_size)
-        plan = cli.plan_from_args(args)
-        print(export_text(plan, args.format), end="" if args.format == "torchtitan" else "\n")
-        return 0
-
-    p.set_defaults(run=run)

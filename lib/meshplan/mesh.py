@@ -26,73 +26,71 @@ otherwise InfiniBand.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import prod
+from math import gcd
 from typing import Mapping
 
-AXES = ("tp", "cp", "pp", "dp")
-DEFAULT_ORDER = "tp-cp-pp-dp"
-MEGATRON_ORDER = "tp-cp-ep-dp-pp"
+from .dims import AXES, DEFAULT_ORDER, MEGATRON_ORDER, ParallelDims, check_count, parse_order
+
+__all__ = ["AXES", "DEFAULT_ORDER", "MEGATRON_ORDER", "Mesh", "NVLINK", "INFINIBAND", "check_nodes", "parse_order"]
+
 NVLINK, INFINIBAND = "nvlink", "infiniband"
+GROUP_AXES = (*AXES, "ep", "edp")
 
 
-def parse_order(order: str) -> tuple[str, ...]:
-    """``"tp-cp-ep-dp-pp"`` → ``("tp", "cp", "dp", "pp")`` (``ep`` is folded, not an axis).
+def check_nodes(gpus: int, gpus_per_node: int) -> None:
+    """ValueError unless the GPUs fill whole nodes (or fit in one): gpus_per_node must divide gpus beyond one node.
 
-    Raises ValueError unless the order names tp, cp, pp and dp once each (ep optional).
+        >>> check_nodes(12, 8)
+        Traceback (most recent call last):
+        ...
+        ValueError: gpus_per_node=8 does not divide gpus=12
     """
-    if not isinstance(order, str):
-        raise ValueError(f"order={order!r} must be a string like 'tp-cp-pp-dp'")
-    parts = [p.strip().lower() for p in order.split("-")]
-    axes = tuple(p for p in parts if p != "ep")
-    if sorted(axes) != sorted(AXES) or parts.count("ep") > 1:
-        raise ValueError(f"order={order!r} must name tp, cp, pp and dp once each (ep optional), e.g. 'tp-cp-pp-dp'")
-    return axes
+    check_count("gpus_per_node", gpus_per_node)
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        raise ValueError(f"gpus_per_node={gpus_per_node} does not divide gpus={gpus}")
 
 
 @dataclass(frozen=True)
 class Mesh:
-    """A 4-axis device mesh. ``sizes`` maps tp, cp, pp, dp to their sizes; ``ep`` folds inside dp × cp."""
+    """A 4-axis device mesh: the ``ParallelDims`` of ``sizes`` (tp, cp, pp, dp), ``order``, ``ep`` and ``etp``
+    (validated there, once), laid out on nodes of ``gpus_per_node`` GPUs. A last, partly filled node is allowed
+    here (the plan demands whole nodes: ``check_nodes``)."""
 
     sizes: Mapping[str, int]
     order: str = DEFAULT_ORDER
     gpus_per_node: int = 8
     ep: int = 1
     etp: int | None = None  # expert tensor-parallel size; None means tp
-    axes: tuple[str, ...] = field(init=False)
-    strides: Mapping[str, int] = field(init=False)
+    dims: ParallelDims = field(init=False, repr=False, compare=False)
+    axes: tuple[str, ...] = field(init=False, repr=False)
+    strides: Mapping[str, int] = field(init=False, repr=False)
+    _link_cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self):
-        axes = parse_order(self.order)
+        if not isinstance(self.sizes, Mapping):
+            raise ValueError(f"sizes={self.sizes!r} must map tp, cp, pp and dp to their sizes")
         for a in AXES:
-            v = self.sizes.get(a)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{a}={v!r} must be a positive integer")
-        for name, v in (("gpus_per_node", self.gpus_per_node), ("ep", self.ep)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}={v!r} must be a positive integer")
-        etp = self.sizes["tp"] if self.etp is None else self.etp
-        if isinstance(etp, bool) or not isinstance(etp, int) or etp < 1:
-            raise ValueError(f"expert_tp={etp!r} must be a positive integer")
-        if self.sizes["tp"] % etp:
-            raise ValueError(f"expert_tp={etp} does not divide tp={self.sizes['tp']}")
-        dc = self.sizes["dp"] * self.sizes["cp"]
-        if etp == self.sizes["tp"]:
-            if dc % self.ep:
-                raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.sizes['dp']}×{self.sizes['cp']} = {dc}")
-        elif (self.sizes["tp"] * dc) % (etp * self.ep):
-            raise ValueError(f"ep×expert_tp = {self.ep}×{etp} = {self.ep * etp} does not divide tp×cp×dp = "
-                             f"{self.sizes['tp']}×{self.sizes['cp']}×{self.sizes['dp']} = {self.sizes['tp'] * dc}")
-        object.__setattr__(self, "etp", etp)
+            check_count(a, self.sizes.get(a))
+        dims = ParallelDims(**{a: self.sizes[a] for a in AXES}, ep=self.ep, expert_tp=self.etp, order=self.order)
+        check_count("gpus_per_node", self.gpus_per_node)
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "sizes", dims.sizes)
+        object.__setattr__(self, "etp", dims.etp)
         strides, s = {}, 1
-        for a in axes:
+        for a in dims.axes:
             strides[a] = s
             s *= self.sizes[a]
-        object.__setattr__(self, "axes", axes)
+        object.__setattr__(self, "axes", dims.axes)
         object.__setattr__(self, "strides", strides)
+
+    @classmethod
+    def from_dims(cls, dims: ParallelDims, gpus_per_node: int = 8) -> Mesh:
+        """The mesh of a validated ``ParallelDims`` on nodes of ``gpus_per_node`` GPUs."""
+        return cls(dims.sizes, dims.order, gpus_per_node, dims.ep, dims.expert_tp)
 
     @property
     def world_size(self) -> int:
-        return prod(self.sizes[a] for a in AXES)
+        return self.dims.world_size
 
     def coords(self, rank: int) -> dict[str, int]:
         """Coordinates of ``rank`` on each axis."""
@@ -100,81 +98,81 @@ class Mesh:
         return {a: (rank // self.strides[a]) % self.sizes[a] for a in AXES}
 
     def rank(self, **coords: int) -> int:
-        """The rank at the given coordinates (missing axes are 0)."""
+        """The rank at the given coordinates (missing axes are 0); ValueError for an unknown axis or a coordinate
+        outside its axis."""
+        for a, c in coords.items():
+            if a not in AXES:
+                raise ValueError(f"axis={a!r} must be one of {', '.join(AXES)}")
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.sizes[a]:
+                raise ValueError(f"{a}={c!r} is not a coordinate of an axis of size {self.sizes[a]} (0..{self.sizes[a] - 1})")
         return sum(coords.get(a, 0) * self.strides[a] for a in AXES)
 
     def _check_rank(self, rank: int) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
             raise ValueError(f"rank={rank!r} is not in 0..{self.world_size - 1}")
 
+    @staticmethod
+    def _check_axis(axis: str) -> None:
+        if axis not in GROUP_AXES:
+            raise ValueError(f"axis={axis!r} must be one of {', '.join(GROUP_AXES)}")
+
     def group(self, rank: int, axis: str) -> tuple[int, ...]:
-        """The ranks that differ from ``rank`` only along ``axis`` (``ep``: its expert-parallel group)."""
-        if axis == "ep":
-            return self._ep_group(rank)
-        if axis not in AXES:
-            raise ValueError(f"axis={axis!r} must be one of tp, cp, pp, dp, ep")
+        """The ranks that differ from ``rank`` only along ``axis``; ``ep``: its expert-parallel group; ``edp``: the
+        ranks that hold the same expert shard (its expert-data-parallel group)."""
+        self._check_axis(axis)
+        if axis in ("ep", "edp"):
+            return self._expert_group(rank, axis)
         c = self.coords(rank)
         base = rank - c[axis] * self.strides[axis]
         return tuple(base + i * self.strides[axis] for i in range(self.sizes[axis]))
 
-    def _dp_cp_members(self, tp: int, pp: int) -> list[int]:
-        """The dp × cp ranks at (tp, pp), in mesh (inner-to-outer) order."""
+    # ---- expert groups: EP is folded inside the stage's ranks, never an axis of its own
+    def _expert_array(self, axis: str):
+        """Every EP (or expert-DP) group as the rows of an integer array (numpy, O(world size)).
+
+        The expert layers list each stage's ranks in order: with expert-TP = TP, the dp × cp ranks at one TP
+        coordinate (inner axis fastest); otherwise all tp × cp × dp ranks, TP fastest. Each list is cut into blocks
+        of expert-TP × EP positions; in a block, an EP group takes every expert-TP-th position (one expert shard
+        each), and an expert-DP group takes the same position of every block (the ranks holding one shard)."""
+        import numpy as np
+
+        sz, st = self.sizes, self.strides
         inner, outer = sorted(("cp", "dp"), key=self.axes.index)
-        return [self.rank(tp=tp, pp=pp, **{inner: i, outer: o})
-                for o in range(self.sizes[outer]) for i in range(self.sizes[inner])]
+        o = np.arange(sz[outer], dtype=np.int64)[:, None] * st[outer]
+        i = np.arange(sz[inner], dtype=np.int64)[None, :] * st[inner]
+        pp = np.arange(sz["pp"], dtype=np.int64) * st["pp"]
+        tp = np.arange(sz["tp"], dtype=np.int64) * st["tp"]
+        if self.etp == sz["tp"]:
+            k = 1
+            lists = ((o + i).reshape(1, 1, -1) + tp[:, None, None] + pp[None, :, None]).reshape(-1, sz["cp"] * sz["dp"])
+        else:
+            k = self.etp
+            members = (o[:, :, None] + i[:, :, None] + tp[None, None, :]).reshape(-1)   # TP fastest
+            lists = pp[:, None] + members[None, :]
+        span = k * self.ep
+        blocks = lists.reshape(lists.shape[0], -1, self.ep, k)           # (list, block, j, offset)
+        if axis == "ep":
+            groups = blocks.transpose(0, 1, 3, 2).reshape(-1, self.ep)   # fixed (list, block, offset), j varies
+        else:
+            groups = blocks.reshape(lists.shape[0], -1, span).transpose(0, 2, 1).reshape(-1, lists.shape[1] // span)
+        return groups
 
-    def _ep_group(self, rank: int) -> tuple[int, ...]:
-        c = self.coords(rank)
-        if self.etp == self.sizes["tp"]:
-            members = self._dp_cp_members(c["tp"], c["pp"])
-            k = members.index(rank) // self.ep
-            return tuple(members[k * self.ep:(k + 1) * self.ep])
-        members = self._stage_members(c["pp"])
-        i = members.index(rank)
-        block, offset = i // (self.etp * self.ep) * self.etp * self.ep, i % self.etp
-        return tuple(members[block + offset + j * self.etp] for j in range(self.ep))
+    def _expert_group(self, rank: int, axis: str) -> tuple[int, ...]:
+        self._check_rank(rank)
+        rows = self._expert_array(axis)
+        where = (rows == rank).any(axis=1).nonzero()[0]
+        return tuple(int(x) for x in rows[where[0]])
 
-    def _stage_members(self, pp: int) -> list[int]:
-        """The tp × cp × dp ranks of pipeline stage ``pp``, TP coordinate fastest, then cp and dp in mesh order."""
-        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
-        return [self.rank(tp=t, pp=pp, **{inner: i, outer: o})
-                for o in range(self.sizes[outer]) for i in range(self.sizes[inner]) for t in range(self.sizes["tp"])]
-
-    def _ep_groups(self) -> list[tuple[int, ...]]:
-        out = []
-        if self.etp != self.sizes["tp"]:
-            span = self.etp * self.ep
-            for pp in range(self.sizes["pp"]):
-                members = self._stage_members(pp)
-                out += [tuple(members[b + o + j * self.etp] for j in range(self.ep))
-                        for b in range(0, len(members), span) for o in range(self.etp)]
-            return sorted(out)
-        for tp in range(self.sizes["tp"]):
-            for pp in range(self.sizes["pp"]):
-                members = self._dp_cp_members(tp, pp)
-                out += [tuple(members[k:k + self.ep]) for k in range(0, len(members), self.ep)]
-        return sorted(out)
-
-    def _run_stride(self, axis: str) -> int | None:
-        """The stride between consecutive members if every group along ``axis`` is an arithmetic run
-        aligned to blocks of stride × size (always for tp, cp, pp, dp; for ep when its groups lie along one
-        of dp and cp), else None."""
-        if axis != "ep":
-            return self.strides[axis]
-        if self.etp != self.sizes["tp"]:
-            return None
-        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
-        if self.sizes[inner] == 1:
-            inner = outer
-        elif self.sizes[inner] % self.ep:
-            return None
-        return self.strides[inner]
+    def _expert_groups(self, axis: str) -> list[tuple[int, ...]]:
+        return sorted(tuple(int(x) for x in row) for row in self._expert_array(axis))
 
     def groups(self, axis: str) -> list[tuple[int, ...]]:
         """Every group along ``axis`` (each rank in exactly one), sorted by first rank."""
-        if axis == "ep":
-            return self._ep_groups()
-        seen, out = set(), []
+        self._check_axis(axis)
+        if axis in ("ep", "edp"):
+            return self._expert_groups(axis)
+        seen: set[int] = set()
+        out = []
         for r in range(self.world_size):
             if r not in seen:
                 g = self.group(r, axis)
@@ -186,25 +184,72 @@ class Mesh:
         return rank // self.gpus_per_node
 
     def size(self, axis: str) -> int:
-        return self.ep if axis == "ep" else self.sizes[axis]
+        self._check_axis(axis)
+        return self.dims.size(axis)
+
+    def _run_stride(self, axis: str) -> int | None:
+        """The stride between consecutive members if every group along ``axis`` is an arithmetic run aligned to
+        blocks of stride × size (always for tp, cp, pp, dp; for ep and edp when their groups lie along one of dp
+        and cp), else None."""
+        if axis in AXES:
+            return self.strides[axis]
+        if self.etp != self.sizes["tp"]:
+            return None
+        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
+        ni = self.sizes[inner]
+        if axis == "ep":
+            if ni == 1:
+                return self.strides[outer]
+            return self.strides[inner] if ni % self.ep == 0 else None
+        # edp: members ep apart in the dp × cp list
+        if ni == 1:
+            return self.strides[outer] * self.ep
+        if self.ep == 1:
+            return self.strides[inner] if self.sizes[outer] == 1 else None
+        return self.strides[outer] * (self.ep // ni) if self.ep % ni == 0 else None
 
     def link(self, axis: str) -> str | None:
         """``"nvlink"`` if every group along ``axis`` stays inside one node, ``"infiniband"`` if any crosses,
-        ``None`` if the axis has size 1."""
+        ``None`` if the axis has size 1.
+
+        Closed form for groups that are arithmetic runs (every axis; EP and expert-DP groups when they lie along
+        one axis): a group r0, r0 + S, ..., r0 + (n−1)S crosses a node boundary iff (r0 mod g) + (n−1)S ≥ g, and
+        the residues r0 mod g of the groups' first ranks take at most g values (g = GPUs per node), so the work
+        is bounded by g, not by the world size. Other expert groups are enumerated."""
+        self._check_axis(axis)
+        if axis not in self._link_cache:
+            self._link_cache[axis] = self._link(axis)
+        return self._link_cache[axis]
+
+    def _link(self, axis: str) -> str | None:
         n = self.size(axis)
         if n == 1:
             return None
         g = self.gpus_per_node
         stride = self._run_stride(axis)
-        if stride is not None:
-            # every group is a run of n ranks `stride` apart inside an aligned block of stride * n ranks
-            if g % (stride * n) == 0:
-                return NVLINK
-            if stride >= g and stride % g == 0:
-                return INFINIBAND  # consecutive members always sit on different nodes
-            if (n - 1) * stride >= g:
-                return INFINIBAND  # first and last member are at least a node apart
-        for grp in self.groups(axis):
-            if self.node(grp[0]) != self.node(grp[-1]) or len({self.node(r) for r in grp}) > 1:
-                return INFINIBAND
-        return NVLINK
+        if stride is not None and self._arithmetic(axis, stride):
+            return INFINIBAND if self._max_first_residue(axis, stride) + (n - 1) * stride >= g else NVLINK
+        nodes = self._expert_array(axis) // g
+        return INFINIBAND if bool((nodes.min(axis=1) != nodes.max(axis=1)).any()) else NVLINK
+
+    def _arithmetic(self, axis: str, stride: int) -> bool:
+        """True when the groups along ``axis`` are runs n members ``stride`` apart, each starting at a rank whose
+        coordinate along the run is 0 (checked on the first group; the layout is the same for every group)."""
+        if axis in AXES:
+            return True
+        g0 = self.group(0, axis)
+        return g0 == tuple(g0[0] + i * stride for i in range(len(g0)))
+
+    def _max_first_residue(self, axis: str, stride: int) -> int:
+        """max over the groups along ``axis`` of (first rank mod g): the first ranks are q·(S·n) + j for j < S and
+        q < W/(S·n), and q·S·n mod g repeats every g / gcd(S·n, g) values of q."""
+        g, n = self.gpus_per_node, self.size(axis)
+        block = stride * n
+        blocks = self.world_size // block
+        best = 0
+        for q in range(min(blocks, g // gcd(block, g))):
+            a = (q * block) % g
+            best = max(best, a + stride - 1 if a + stride - 1 < g else g - 1)
+            if best == g - 1:
+                break
+        return best

@@ -1,31 +1,34 @@
 """A parallel plan and its report: memory per GPU, bytes per dimension with link and time, bubble.
 
-``Plan`` validates itself on construction (ValueError naming the factor); ``evaluate(plan)`` returns a
-``Report``. Conventions are those of the lab page and of the modules this calls:
+A ``Plan`` is built from small validated parts, each checked once where it is defined:
 
-* model states: ``zero`` (16 B/param by default), parameters split evenly over TP × PP; ZeRO shards over
-  the data-parallel ranks, which include the CP ranks (Megatron's dp-cp group, torchtitan's dp_shard × cp);
-  routed experts are split over expert-TP × EP (expert-TP = TP unless ``expert_tp`` says otherwise) and
-  sharded over the tp·cp·dp/(expert_tp·ep) ranks that hold the same expert shard. ``stage_balance="max"`` reports the
-  most-loaded pipeline stage instead (stage 0 holds the embedding and vision tower, the last stage the
-  output head, final norm and MTP module).
-* activations: ``activations`` (Korthikanti 2022 Table 2 × the first stage's in-flight layers ÷ c).
-* bytes per GPU per step, by dimension: ``dp`` (bf16 gradients on a ring, ZeRO-3: 3Ψ), ``tp``,
-  ``pp``, ``cp`` (K/V of full-attention layers), ``ep`` (dispatch + combine all-to-all of the GPU's own
-  tokens, s·b/c, ÷ t with sequence parallelism: each TP rank then holds only its sequence shard). The gradient
-  sync over the dp·cp ranks is split as a two-level ring: the CP part (2(c−1)/c × G) is reported under
-  ``cp`` and the DP part (2(d−1)/d × G/c) under ``dp``; with c = 1 this is the plain ring over d.
-  Routed-expert gradients sync over those tp·cp·dp/(expert_tp·ep) ranks and are reported under ``dp``
-  (under ``cp`` if d = 1). A dimension of size 1 sends 0 bytes and has link ``None``.
-* time per dimension = bytes ÷ the bandwidth of its link (NVLink or InfiniBand); overlap and latency
-  ignored.
-* bubble = (p−1)/(m·v) of the ideal compute time.
-* uneven pipeline stages: by default pp (× v) must divide the layers. Real plans do not always: Llama 3
-  405B has 126 layers on PP 16 ("we reduce one Transformer layer each from the first and the last
-  stages", Llama 3 §3.3.2) and DeepSeek-V3 61 layers on PP 16. ``layers_per_stage`` names the layers of
-  every pipeline rank explicitly (``spread_layers`` builds the ends-lighter split); memory and bytes are
-  then those of the most-loaded stage: its parameters (by bytes per GPU) and, for activations, the stage
-  with the most layers × in-flight micro-batches under 1F1B (stage k holds min(m, p−k) micro-batches).
+* the model (``model.ModelSpec``),
+* the mesh shape (``dims.ParallelDims``: TP, CP, PP, DP, EP, expert TP, axis order),
+* the workload (``Workload``: sequence length, micro-batch size, micro-batches per step),
+* the machine (``hardware.Hardware``: the only source of GPU memory, GPUs per node and bandwidths),
+* the bookkeeping convention (``accounting.Accounting``: the lab page's by default),
+* the plan's own choices: ZeRO stage, recompute mode, sequence parallelism, virtual stages, the layers of each
+  pipeline stage.
+
+``Plan.create(...)`` is the front door (a model name or path, flat keyword arguments); ``evaluate(plan)``
+returns a ``Report``. Each number comes from its dimension's module:
+
+* model states: ``zero.model_states_terms`` on each stage's parameters (``stages``), dense parameters split
+  over TP and sharded by ZeRO over the dp × cp ranks; routed experts split over expert-TP × EP and sharded over
+  the expert-data-parallel ranks. Memory is that of the most-loaded pipeline stage: the maximum over every
+  stage of its own model states plus its own activations.
+* activations: ``activations.activation_bytes_per_layer`` (Korthikanti 2022 Table 2) × each stage's layers ×
+  its in-flight micro-batches (``stages``) ÷ c.
+* bytes per GPU per step, by dimension, on the stage with the most layers: ``dp.grad_sync_bytes`` (gradient
+  synchronisation as a two-level ring, its CP part reported under ``cp``; ZeRO-3 3Ψ), ``tp.tp_bytes_per_step``,
+  ``pp.pp_bytes_per_step``, ``cp.cp_kv_bytes_per_step`` (K/V of the stage's full-attention layers),
+  ``ep.ep_bytes_per_step`` (dispatch + combine of ``ep.tokens_per_gpu``), and ``edp``: the routed experts'
+  gradient synchronisation over the ranks that hold the same expert shard, when that group differs from the
+  dense one (EP > 1 or expert TP ≠ TP; otherwise the experts sync with the dense gradients). A group of size 1
+  sends 0 bytes and has link ``None``.
+* time per dimension = bytes ÷ the bandwidth of the link its group uses (``mesh.Mesh.link``); overlap and
+  latency ignored (the step-time model, ``steptime``, adds them).
+* bubble = (p−1)/(m·v) of the ideal compute time (``pp``).
 
     >>> r = evaluate(Plan.create("qwen3.8-27b", gpus=8, dp=8, zero=3, recompute="full"))
     >>> round(r.memory_bytes["total"] / 1e9, 1), r.fits, round(r.comm_bytes_per_step["dp"] / 1e9, 1)
@@ -35,213 +38,233 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property, lru_cache
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 from . import activations as act
-from .collectives import reduce_scatter_bytes, transfer_time_s
-from .cp import cp_kv_bytes_per_step
-from .ep import ep_bytes_per_step
+from .accounting import LAB, Accounting, get_accounting
+from .cp import cp_kv_bytes_per_step, kv_width_per_gpu
+from .dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims, check_count
+from .dp import grad_sync_bytes
+from .ep import ep_bytes_per_step, tokens_per_gpu
 from .hardware import Hardware, load_hardware
-from .mesh import DEFAULT_ORDER, Mesh, parse_order
+from .mesh import Mesh, check_nodes
 from .model import ModelSpec, load_model
 from .pp import bubble_fraction, bubble_share_of_time, pp_bytes_per_step
-from .tp import tp_bytes_per_step
-from .zero import DEFAULT_BPP, BytesPerParam, model_states_terms, zero_comm_factor
-from .dp import GRAD_BYTES_PER_PARAM
+from .stages import Stage, inflight_micro_batches, interleave_factor, spread_layers, stage_inflight_layers, stages
+from .tp import megatron_sp_regather_bytes_per_layer, tp_bytes_per_step
+from .zero import BytesPerParam, model_states_terms, sync_terms
+
+__all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Plan", "Report", "Workload", "evaluate", "spread_layers",
+           "stage_inflight_layers"]
 
 DIMS = ("dp", "tp", "pp", "cp", "ep")
+TRAFFIC = (*DIMS, "edp")     # the report's traffic keys: the five dimensions and the expert-data-parallel sync
 MESH_KEYS = ("tp", "cp", "ep", "dp", "pp")
+MAX_SEQ = 2**26               # 67M tokens per sequence
+MAX_MICRO_BATCH_SIZE = 2**16
+MAX_MICRO_BATCHES = 2**20
+MAX_VIRTUAL_STAGES = 2**10
 
 
-def _pos_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name}={value!r} must be a positive integer")
-    if value < 1:
-        raise ValueError(f"{name}={value} must be a positive integer")
+@dataclass(frozen=True)
+class Workload:
+    """What one optimizer step processes: ``micro_batches`` micro-batches of ``micro_batch_size`` sequences of
+    ``seq`` tokens on each data-parallel replica (gradient accumulation over m micro-batches)."""
+
+    seq: int = 4096
+    micro_batch_size: int = 1
+    micro_batches: int = 8
+
+    def __post_init__(self) -> None:
+        check_count("seq", self.seq, MAX_SEQ)
+        check_count("micro_batch_size", self.micro_batch_size, MAX_MICRO_BATCH_SIZE)
+        check_count("micro_batches", self.micro_batches, MAX_MICRO_BATCHES)
+
+    def global_batch(self, dp: int) -> int:
+        """Sequences per step over ``dp`` replicas: dp × b × m."""
+        return dp * self.micro_batch_size * self.micro_batches
+
+    @staticmethod
+    def micro_batches_for(global_batch: int, dp: int, micro_batch_size: int) -> int:
+        """m = B ÷ (dp × b) for a global batch of B sequences (ValueError when it does not divide)."""
+        check_count("global_batch", global_batch, MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS)
+        if global_batch % (dp * micro_batch_size):
+            raise ValueError(f"global batch {global_batch} is not divisible by dp × micro-batch size = {dp} × "
+                             f"{micro_batch_size} = {dp * micro_batch_size}")
+        return global_batch // (dp * micro_batch_size)
 
 
-def spread_layers(num_layers: int, pp: int) -> tuple[int, ...]:
-    """Layers per pipeline rank when pp does not divide them: every rank gets ⌈L/p⌉ layers, and the
-    ⌈L/p⌉·p − L layers too many are taken one each from the ends inwards (first, last, second,
-    second-to-last, ...), the ranks that also hold the embedding and the output head. Llama 3 §3.3.2 does
-    exactly this for 126 layers on PP 16 (one layer fewer on the first and the last stage).
-
-        >>> spread_layers(126, 16)
-        (7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7)
-        >>> spread_layers(61, 16)[:3], spread_layers(61, 16)[-2:], sum(spread_layers(61, 16))
-        ((3, 3, 4), (4, 3), 61)
-    """
-    _pos_int("num_layers", num_layers)
-    _pos_int("pp", pp)
-    if pp > num_layers:
-        raise ValueError(f"pp={pp} is more than {num_layers} layers (every stage needs at least one)")
-    per = -(-num_layers // pp)
-    out = [per] * pp
-    ends = [i for k in range((pp + 1) // 2) for i in dict.fromkeys((k, pp - 1 - k))]
-    for i in ends[:per * pp - num_layers]:
-        out[i] -= 1
-    return tuple(out)
-
-
-def stage_inflight_layers(layers_per_stage, micro_batches: int, virtual_stages: int = 1) -> float:
-    """Layers' worth of activations on the most-loaded pipeline rank under 1F1B with uneven stages:
-    max over ranks k of layers_k × min(m, p−k), × (1 + (p−1)/(p·v)) when interleaved (v > 1).
-    With equal stages this is Korthikanti's Eq. 5 (``activations.pipeline_inflight_layers``).
-
-        >>> stage_inflight_layers(spread_layers(126, 16), 16)   # rank 1: 8 layers × 15 micro-batches
-        120.0
-    """
-    p = len(layers_per_stage)
-    worst = max(n * min(micro_batches, p - k) for k, n in enumerate(layers_per_stage))
-    factor = 1 + (p - 1) / (p * virtual_stages) if virtual_stages > 1 else 1
-    return float(worst * factor)
+def _check_tp_heads(model: ModelSpec, t: int, kv_replication: bool) -> None:
+    if model.num_attention_heads % t:
+        raise ValueError(f"tp={t} does not divide {model.num_attention_heads} attention heads")
+    kv = model.num_key_value_heads
+    if kv % t and not (kv_replication and t % kv == 0):
+        if kv_replication:
+            raise ValueError(f"tp={t} does not divide {kv} KV heads (and {kv} KV heads do not divide tp={t} for "
+                             "replication)")
+        raise ValueError(f"tp={t} does not divide {kv} KV heads")
+    for heads, what in ((model.linear_num_key_heads, "linear-attention key heads"),
+                        (model.linear_num_value_heads, "linear-attention value heads")):
+        if heads and heads % t:
+            raise ValueError(f"tp={t} does not divide {heads} {what}")
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One parallel configuration. All sizes are counts; memory in bytes (GB = 10⁹ B).
+    """One parallel configuration, built from validated parts (see the module docstring).
 
     Attributes:
-        model: the ``ModelSpec`` (``Plan.create`` accepts a name or a path).
-        gpus: world size; must equal tp × cp × pp × dp.
-        tp, cp, ep, pp, dp: parallel sizes (ep folds inside dp × cp).
+        model: the ``ModelSpec``.
+        dims: the mesh shape (``ParallelDims``).
+        workload: sequence length, micro-batch size, micro-batches per step.
+        hardware: the machine.
+        accounting: the bookkeeping convention (``accounting.LAB`` by default).
         zero: ZeRO stage 0–3 over the data-parallel ranks.
         recompute: ``"none"``, ``"selective"`` or ``"full"``.
-        seq: sequence length s in tokens; micro_batch_size: b; micro_batches: m per step;
-        virtual_stages: v (interleaved schedule when > 1).
         sp: sequence parallel; ``None`` means on whenever tp > 1.
-        order: mesh axis order, inner to outer.
-        gpus_per_node, gpu_memory_bytes: the machine.
-        bytes_per_param: named terms (16 B default).
-        stage_balance: ``"even"`` (the lab page) or ``"max"`` (the most-loaded pipeline stage).
-        layers_per_stage: ``None`` (strict: pp × v must divide the layers) or the layers of each pipeline
-            rank, first to last (e.g. ``spread_layers(126, 16)``); they must add up to the layers and each
-            rank needs at least v of them. With ``stage_balance="even"`` the parameters outside the layers
-            (embedding, head, vision, MTP) are spread evenly; with ``"max"`` they sit on the end stages.
-        expert_tp: expert tensor-parallel size (Megatron's ``--expert-tensor-parallel-size``); ``None`` means
-            tp. With expert_tp < tp the expert layers regroup the tp × cp × dp ranks of a stage as
-            expert_tp × ep × expert-dp (MoE parallel folding), so ep × expert_tp must divide tp × cp × dp.
-        kv_replication: allow tp > KV heads when KV heads divide tp (each KV head is then replicated on
-            tp/kv GPUs, as inference and training engines do); ``False`` demands tp | KV heads.
-        hardware: link bandwidths and effective FLOP/s.
+        virtual_stages: v (interleaved schedule when > 1).
+        layers_per_stage: ``None`` (pp × v must divide the layers) or the layers of each pipeline rank, first to
+            last (e.g. ``stages.spread_layers(126, 16)``); they add up to the layers, at least v each.
+        stage_balance: ``"even"`` (the lab page: everything outside the layers spread evenly) or ``"max"`` (the
+            embedding on the first stage, the head and MTP module on the last).
+        kv_replication: allow tp > KV heads when KV heads divide tp (each KV head replicated on tp/kv GPUs, as
+            engines do); ``False`` demands tp | KV heads.
+
+    The sizes, the workload and the machine read through properties (``plan.tp``, ``plan.seq``,
+    ``plan.gpu_memory_bytes``, ...); ``plan.replace(...)`` takes the same flat names as ``Plan.create``.
     """
 
     model: ModelSpec
-    gpus: int
-    tp: int = 1
-    cp: int = 1
-    ep: int = 1
-    pp: int = 1
-    dp: int = 1
+    dims: ParallelDims
+    workload: Workload = field(default_factory=Workload)
+    hardware: Hardware = field(default_factory=load_hardware)
+    accounting: Accounting = LAB
     zero: int = 0
     recompute: str = "none"
-    seq: int = 4096
-    micro_batch_size: int = 1
-    micro_batches: int = 8
-    virtual_stages: int = 1
     sp: bool | None = None
-    order: str = DEFAULT_ORDER
-    gpus_per_node: int = 8
-    gpu_memory_bytes: float = 80e9
-    bytes_per_param: BytesPerParam = DEFAULT_BPP
+    virtual_stages: int = 1
+    layers_per_stage: tuple[int, ...] | None = None
     stage_balance: str = "even"
     kv_replication: bool = True
-    expert_tp: int | None = None
-    layers_per_stage: tuple[int, ...] | None = None
-    hardware: Hardware = field(default_factory=load_hardware, compare=False, repr=False)
 
+    # ------------------------------------------------------------------ the front door
     @classmethod
-    def create(cls, model, gpus: int, dp: int | None = None, **kw) -> "Plan":
-        """Build a plan from a model name/path/spec; ``dp`` defaults to gpus ÷ (tp × cp × pp)."""
-        spec = load_model(model)
-        _pos_int("gpus", gpus)
-        if dp is None:
-            for k in ("tp", "cp", "pp"):
-                _pos_int(k, kw.get(k, 1))
-            inner = kw.get("tp", 1) * kw.get("cp", 1) * kw.get("pp", 1)
-            if gpus % inner:
-                raise ValueError(f"tp×cp×pp = {kw.get('tp', 1)}×{kw.get('cp', 1)}×{kw.get('pp', 1)} = {inner} "
-                                 f"does not divide gpus={gpus}")
-            dp = gpus // inner
-        return cls(model=spec, gpus=gpus, dp=dp, **kw)
+    def create(cls, model: Any, gpus: int, dp: int | None = None, *, tp: int = 1, cp: int = 1, pp: int = 1,
+               ep: int = 1, expert_tp: int | None = None, order: str = DEFAULT_ORDER, seq: int = 4096,
+               micro_batch_size: int = 1, micro_batches: int | None = None, global_batch: int | None = None,
+               hardware: Hardware | str | None = None, gpus_per_node: int | None = None,
+               gpu_memory_bytes: float | None = None, accounting: Accounting | str = "lab",
+               bytes_per_param: BytesPerParam | None = None, zero: int = 0, recompute: str = "none",
+               sp: bool | None = None, virtual_stages: int = 1, layers_per_stage: Sequence[int] | None = None,
+               uneven_stages: bool = False, stage_balance: str = "even", kv_replication: bool = True) -> Plan:
+        """A plan from a model name, path or spec and flat settings.
 
-    def __post_init__(self):
-        m = self.model
+        ``dp`` defaults to gpus ÷ (tp × cp × pp). ``micro_batches`` defaults to 8, or to B ÷ (dp × b) when
+        ``global_batch`` (B sequences per step) is given (ValueError when it does not divide, or when both are
+        given and disagree). ``hardware``: a ``Hardware``, a preset name or None (the lab page's machine);
+        ``gpus_per_node`` and ``gpu_memory_bytes`` override it. ``uneven_stages``: when pp does not divide the
+        layers, spread them ends-lighter (``stages.spread_layers``) instead of refusing.
+        """
+        spec = load_model(model)
+        dims = ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, expert_tp=expert_tp, order=order)
+        if global_batch is not None:
+            m = Workload.micro_batches_for(global_batch, dims.dp, check_count("micro_batch_size", micro_batch_size))
+            if micro_batches is not None and micro_batches != m:
+                raise ValueError(f"micro_batches={micro_batches} disagrees with global batch {global_batch} = "
+                                 f"dp × b × m = {dims.dp} × {micro_batch_size} × m, which needs m = {m}")
+            micro_batches = m
+        workload = Workload(seq, micro_batch_size, 8 if micro_batches is None else micro_batches)
+        hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+        hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node)
+        acc = get_accounting(accounting)
+        if bytes_per_param is not None:
+            acc = acc.with_bytes_per_param(bytes_per_param)
+        if uneven_stages and layers_per_stage is None and spec.num_layers % pp:
+            layers_per_stage = spread_layers(spec.num_layers, pp)
+        return cls(model=spec, dims=dims, workload=workload, hardware=hw, accounting=acc, zero=zero,
+                   recompute=recompute, sp=sp, virtual_stages=virtual_stages,
+                   layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
+                   stage_balance=stage_balance, kv_replication=kv_replication)
+
+    def settings(self) -> dict[str, Any]:
+        """The flat keyword arguments of ``Plan.create`` that rebuild this plan."""
+        d = self.dims
+        return dict(model=self.model, gpus=d.world_size, dp=d.dp, tp=d.tp, cp=d.cp, pp=d.pp, ep=d.ep,
+                    expert_tp=d.expert_tp, order=d.order, seq=self.seq, micro_batch_size=self.micro_batch_size,
+                    micro_batches=self.micro_batches, hardware=self.hardware, accounting=self.accounting,
+                    zero=self.zero, recompute=self.recompute, sp=self.sp, virtual_stages=self.virtual_stages,
+                    layers_per_stage=self.layers_per_stage, stage_balance=self.stage_balance,
+                    kv_replication=self.kv_replication)
+
+    def replace(self, **changes: Any) -> Plan:
+        """This plan with some settings changed, by ``Plan.create``'s names (a new size of tp, cp or pp keeps dp
+        unless ``gpus`` or ``dp`` changes too: give them)."""
+        kw = self.settings()
+        if "gpus" in changes and "dp" not in changes:
+            kw["dp"] = None
+        for k in ("gpus_per_node", "gpu_memory_bytes"):
+            if k in changes:
+                kw["hardware"] = self.hardware.with_overrides(**{k: changes.pop(k)})
+        if "bytes_per_param" in changes:
+            kw["accounting"] = self.accounting.with_bytes_per_param(changes.pop("bytes_per_param"))
+        unknown = set(changes) - set(kw) - {"global_batch", "uneven_stages"}
+        if unknown:
+            raise ValueError(f"unknown plan setting(s): {', '.join(sorted(unknown))}")
+        if "global_batch" in changes and "micro_batches" not in changes:
+            kw["micro_batches"] = None
+        kw.update(changes)
+        if kw["dp"] is not None and {"tp", "cp", "pp"} & set(changes) and "dp" not in changes:
+            kw["gpus"] = kw["dp"] * kw["tp"] * kw["cp"] * kw["pp"]
+        return Plan.create(**kw)
+
+    def __post_init__(self) -> None:
+        m, d = self.model, self.dims
         if not isinstance(m, ModelSpec):
             raise ValueError(f"model={m!r} must be a ModelSpec (use Plan.create with a name or path)")
-        for name in ("gpus", "tp", "cp", "ep", "pp", "dp", "seq", "micro_batch_size", "micro_batches",
-                     "virtual_stages", "gpus_per_node"):
-            _pos_int(name, getattr(self, name))
-        if self.zero not in (0, 1, 2, 3) or isinstance(self.zero, bool):
+        for name, part, kind in (("dims", d, ParallelDims), ("workload", self.workload, Workload),
+                                 ("hardware", self.hardware, Hardware), ("accounting", self.accounting, Accounting)):
+            if not isinstance(part, kind):
+                raise ValueError(f"{name}={part!r} must be a {kind.__name__}")
+        check_count("virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES)
+        if self.zero not in (0, 1, 2, 3) or not isinstance(self.zero, int) or isinstance(self.zero, bool):
             raise ValueError(f"zero={self.zero!r} must be 0, 1, 2 or 3")
         if self.recompute not in act.RECOMPUTE_MODES:
             raise ValueError(f"recompute={self.recompute!r} must be one of {', '.join(act.RECOMPUTE_MODES)}")
         if self.stage_balance not in ("even", "max"):
             raise ValueError(f"stage_balance={self.stage_balance!r} must be 'even' or 'max'")
-        if isinstance(self.gpu_memory_bytes, bool) or not isinstance(self.gpu_memory_bytes, (int, float)) \
-                or not math.isfinite(self.gpu_memory_bytes) or not self.gpu_memory_bytes > 0:
-            raise ValueError(f"gpu_memory_bytes={self.gpu_memory_bytes!r} must be positive")
-        parse_order(self.order)
-        prod = self.tp * self.cp * self.pp * self.dp
-        if prod != self.gpus:
-            raise ValueError(f"gpus={self.gpus} is not tp×cp×pp×dp = {self.tp}×{self.cp}×{self.pp}×{self.dp} = {prod}")
-        if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
-            raise ValueError(f"gpus_per_node={self.gpus_per_node} does not divide gpus={self.gpus}")
-        t = self.tp
-        if m.num_attention_heads % t:
-            raise ValueError(f"tp={t} does not divide {m.num_attention_heads} attention heads")
-        kv = m.num_key_value_heads
-        if kv % t and not (self.kv_replication and t % kv == 0):
-            if self.kv_replication:
-                raise ValueError(f"tp={t} does not divide {kv} KV heads (and {kv} KV heads do not divide tp={t} "
-                                 "for replication)")
-            raise ValueError(f"tp={t} does not divide {kv} KV heads")
-        for heads, what in ((m.linear_num_key_heads, "linear-attention key heads"),
-                            (m.linear_num_value_heads, "linear-attention value heads")):
-            if heads and heads % t:
-                raise ValueError(f"tp={t} does not divide {heads} {what}")
+        if self.sp is not None and not isinstance(self.sp, bool):
+            raise ValueError(f"sp={self.sp!r} must be True, False or None")
+        check_nodes(d.world_size, self.hardware.gpus_per_node)
+        self.accounting.check(self.zero, d.pp)
+        _check_tp_heads(m, d.tp, self.kv_replication)
         if self.layers_per_stage is not None:
             self._check_layers_per_stage()
-        elif m.num_layers % (self.pp * self.virtual_stages):
+        elif m.num_layers % (d.pp * self.virtual_stages):
             if self.virtual_stages > 1:
-                raise ValueError(f"pp×virtual_stages = {self.pp}×{self.virtual_stages} does not divide "
-                                 f"{m.num_layers} layers")
-            raise ValueError(f"pp={self.pp} does not divide {m.num_layers} layers")
+                raise ValueError(f"pp×virtual_stages = {d.pp}×{self.virtual_stages} does not divide {m.num_layers} "
+                                 "layers")
+            raise ValueError(f"pp={d.pp} does not divide {m.num_layers} layers")
         if self.virtual_stages > 1:
-            if self.pp == 1:
+            if d.pp == 1:
                 raise ValueError(f"virtual_stages={self.virtual_stages} needs pp > 1")
-            if self.micro_batches < self.pp:
-                raise ValueError(f"micro_batches={self.micro_batches} is fewer than pp={self.pp} stages, "
-                                 "which the interleaved schedule needs")
-        if self.seq % self.cp:
-            raise ValueError(f"cp={self.cp} does not divide seq={self.seq}")
-        if self.ep > 1:
-            if not m.is_moe:
-                raise ValueError(f"ep={self.ep} but {m.name} has no experts")
-            if m.num_experts % self.ep:
-                raise ValueError(f"ep={self.ep} does not divide {m.num_experts} experts")
-        if self.expert_tp is not None:
-            _pos_int("expert_tp", self.expert_tp)
-            if self.tp % self.expert_tp:
-                raise ValueError(f"expert_tp={self.expert_tp} does not divide tp={self.tp}")
-        if self.ep > 1:
-            if self.etp == self.tp:
-                if (self.dp * self.cp) % self.ep:
-                    raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.dp}×{self.cp} = {self.dp * self.cp}")
-            elif (self.tp * self.cp * self.dp) % (self.ep * self.etp):
-                raise ValueError(f"ep×expert_tp = {self.ep}×{self.etp} = {self.ep * self.etp} does not divide "
-                                 f"tp×cp×dp = {self.tp}×{self.cp}×{self.dp} = {self.tp * self.cp * self.dp}")
+            if self.micro_batches < d.pp:
+                raise ValueError(f"micro_batches={self.micro_batches} is fewer than pp={d.pp} stages, which the "
+                                 "interleaved schedule needs")
+        if self.seq % d.cp:
+            raise ValueError(f"cp={d.cp} does not divide seq={self.seq}")
+        if d.ep > 1 and not m.is_moe:
+            raise ValueError(f"ep={d.ep} but {m.name} has no experts")
+        if m.is_moe and m.num_experts % d.ep:
+            raise ValueError(f"ep={d.ep} does not divide {m.num_experts} experts")
 
     def _check_layers_per_stage(self) -> None:
         lps = self.layers_per_stage
-        if isinstance(lps, (str, bytes)) or not hasattr(lps, "__iter__"):
+        if isinstance(lps, (str, bytes)) or not isinstance(lps, tuple):
             raise ValueError(f"layers_per_stage={lps!r} must be a sequence of layer counts, one per pipeline rank")
-        lps = tuple(lps)
-        object.__setattr__(self, "layers_per_stage", lps)
         for n in lps:
-            _pos_int("layers_per_stage entry", n)
+            check_count("layers_per_stage entry", n)
         if len(lps) != self.pp:
             raise ValueError(f"layers_per_stage has {len(lps)} entries but pp={self.pp}")
         if sum(lps) != self.model.num_layers:
@@ -249,6 +272,38 @@ class Plan:
         if min(lps) < self.virtual_stages:
             raise ValueError(f"virtual_stages={self.virtual_stages} needs at least {self.virtual_stages} layers on "
                              f"every pipeline rank (layers_per_stage has {min(lps)})")
+
+    # ------------------------------------------------------------------ reading the parts
+    gpus = property(lambda self: self.dims.world_size)
+    tp = property(lambda self: self.dims.tp)
+    cp = property(lambda self: self.dims.cp)
+    pp = property(lambda self: self.dims.pp)
+    dp = property(lambda self: self.dims.dp)
+    ep = property(lambda self: self.dims.ep)
+    expert_tp = property(lambda self: self.dims.expert_tp)
+    etp = property(lambda self: self.dims.etp, doc="The expert tensor-parallel size (tp unless expert_tp says otherwise).")
+    expert_dp = property(lambda self: self.dims.expert_dp, doc="Ranks holding the same expert shard.")
+    order = property(lambda self: self.dims.order)
+    seq = property(lambda self: self.workload.seq)
+    micro_batch_size = property(lambda self: self.workload.micro_batch_size)
+    micro_batches = property(lambda self: self.workload.micro_batches)
+    gpus_per_node = property(lambda self: self.hardware.gpus_per_node)
+    gpu_memory_bytes = property(lambda self: self.hardware.gpu_memory_bytes)
+    bytes_per_param = property(lambda self: self.accounting.bytes_per_param)
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step: dp × b × m."""
+        return self.workload.global_batch(self.dims.dp)
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step: dp × b × m × s."""
+        return self.global_batch * self.seq
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.tp > 1 if self.sp is None else self.sp
 
     @property
     def stage_layers(self) -> tuple[int, ...]:
@@ -258,32 +313,23 @@ class Plan:
         return (self.model.num_layers // self.pp,) * self.pp
 
     @cached_property
+    def stages(self) -> tuple[Stage, ...]:
+        """What each pipeline rank holds (``stages.stages``)."""
+        return stages(self.model, self.pp, self.layers_per_stage, self.stage_balance)
+
+    @cached_property
     def mesh(self) -> Mesh:
-        return Mesh({"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp}, self.order,
-                    self.gpus_per_node, self.ep, self.etp)
-
-    @property
-    def etp(self) -> int:
-        """The expert tensor-parallel size (tp unless ``expert_tp`` says otherwise)."""
-        return self.tp if self.expert_tp is None else self.expert_tp
-
-    @property
-    def expert_dp(self) -> int:
-        """Ranks that hold the same expert shard and sync its gradients: tp·cp·dp ÷ (expert_tp·ep)."""
-        return self.tp * self.cp * self.dp // (self.etp * self.ep)
-
-    @property
-    def sequence_parallel(self) -> bool:
-        return self.tp > 1 if self.sp is None else bool(self.sp)
+        return Mesh.from_dims(self.dims, self.hardware.gpus_per_node)
 
 
 @dataclass(frozen=True)
 class Report:
     """What a plan costs per GPU. Bytes are per GPU; communication is bytes sent per step.
 
-    ``grad_sync_bytes`` is the part of ``comm_bytes_per_step["dp"]`` and ``["cp"]`` that synchronises
-    gradients (and, with ZeRO-3, gathers weights): the traffic that can overlap the backward pass, unlike
-    the K/V exchange of context parallelism.
+    ``stage`` is the pipeline rank whose memory is reported (the most loaded); ``traffic_stage`` the one whose
+    bytes are (the one with the most layers). ``grad_sync_bytes`` is the part of ``comm_bytes_per_step`` that
+    synchronises gradients (and, with ZeRO-3, gathers weights), by key: the traffic that can overlap the backward
+    pass, unlike TP's, PP's, CP's K/V and EP's dispatch.
     """
 
     plan: Plan
@@ -298,11 +344,13 @@ class Report:
     bubble_share: float
     notes: tuple[str, ...] = ()
     grad_sync_bytes: Mapping[str, float] = field(default_factory=dict)
+    stage: int = 0
+    traffic_stage: int = 0
 
     @property
     def heaviest_dim(self) -> str | None:
         """The dimension that sends the most bytes per step (None if nothing is sent)."""
-        dim = max(DIMS, key=lambda d: self.comm_bytes_per_step[d])
+        dim = max(TRAFFIC, key=lambda d: self.comm_bytes_per_step[d])
         return dim if self.comm_bytes_per_step[dim] > 0 else None
 
     def to_dict(self) -> dict:
@@ -323,155 +371,117 @@ class Report:
             "model_states_terms": dict(self.model_states_terms),
             "settings": {"zero": p.zero, "recompute": p.recompute, "seq": p.seq,
                          "micro_batch_size": p.micro_batch_size, "micro_batches": p.micro_batches,
+                         "global_batch": p.global_batch, "tokens_per_step": p.tokens_per_step,
                          "virtual_stages": p.virtual_stages, "sequence_parallel": p.sequence_parallel,
                          "order": p.order, "gpus_per_node": p.gpus_per_node,
-                         "gpu_memory_bytes": p.gpu_memory_bytes, "stage_balance": p.stage_balance,
+                         "gpu_memory_bytes": p.gpu_memory_bytes, "hardware": p.hardware.name,
+                         "accounting": p.accounting.name, "stage_balance": p.stage_balance,
                          "layers_per_stage": list(p.layers_per_stage) if p.layers_per_stage else None,
-                         "expert_tp": p.etp},
+                         "expert_tp": p.etp, "expert_dp": p.expert_dp, "memory_stage": self.stage,
+                         "traffic_stage": self.traffic_stage},
             "notes": list(self.notes),
         }
 
 
-def _stage_params(plan: Plan) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of one pipeline stage's model replica, before TP/EP splits."""
-    m = plan.model
-    if plan.pp > 1 and (plan.layers_per_stage is not None or plan.stage_balance == "max"):
-        return _uneven_stage_params(plan)
-    experts = m.routed_expert_params
-    return (m.params.total - experts) / plan.pp, experts / plan.pp
-
-
-def _uneven_stage_params(plan: Plan) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of the stage whose share per GPU (dense/t + experts/(expert_tp·e))
-    is largest, for explicit ``layers_per_stage`` (or equal stages with ``stage_balance="max"``).
-
-    With ``stage_balance="max"`` the first stage holds the embedding (and vision tower), the last the head,
-    final norm and MTP module, whose routed experts (one MoE layer's worth for DeepSeek-V3) count as
-    experts; with ``"even"`` everything outside the layers is spread evenly over the stages."""
-    m = plan.model
-    comps = m.params.components
-    lexp = m.layer_expert_params or (0,) * m.num_layers
-    final_norm = sum(n * per for name, n, per in m.params.groups if name == "final_norm")
-    first = comps["embedding"] + comps["vision"]
-    mtp = comps["mtp"] + m.params.extra.get("mtp", 0)
-    # a MoE model's MTP module holds one MoE layer: its routed experts are split over EP like the others
-    mtp_exp = max(lexp) if (mtp and m.is_moe) else 0
-    last = comps["head"] + final_norm + mtp - mtp_exp
-    outside_even = (m.params.total - sum(m.layer_params)) / plan.pp
-    best, best_load, start = (0.0, 0.0), -1.0, 0
-    stages = plan.layers_per_stage or (m.num_layers // plan.pp,) * plan.pp
-    for k, n in enumerate(stages):
-        layers = range(start, start + n)
-        start += n
-        dense = float(sum(m.layer_params[i] - lexp[i] for i in layers))
-        exp = float(sum(lexp[i] for i in layers))
-        if plan.stage_balance == "even":
-            dense += outside_even
-        else:
-            dense += (first if k == 0 else 0) + (last if k == plan.pp - 1 else 0)
-            exp += mtp_exp if k == plan.pp - 1 else 0
-        load = dense + exp * plan.tp / (plan.etp * plan.ep)
-        if load > best_load:
-            best, best_load = (dense, exp), load
-    return best
-
-
-def _busiest_stage_layers(plan: Plan) -> tuple[int, int]:
-    """(layers, MoE layers) of the pipeline rank with the most layers (the most MoE layers among ties)."""
-    m = plan.model
-    lexp = m.layer_expert_params or (0,) * m.num_layers
-    best, start = (0, 0), 0
-    for n in plan.stage_layers:
-        moe = sum(1 for i in range(start, start + n) if lexp[i])
-        start += n
-        best = max(best, (n, moe))
-    return best
-
-
 @lru_cache(maxsize=4096)
-def _links(sizes: tuple[int, int, int, int], order: str, gpus_per_node: int, ep: int, etp: int) -> tuple:
-    """The link of every dimension for a mesh shape (cached: large EP meshes walk their groups)."""
-    mesh = Mesh(dict(zip(("tp", "cp", "pp", "dp"), sizes)), order, gpus_per_node, ep, etp)
-    return tuple((dim, mesh.link(dim)) for dim in DIMS)
+def _links(dims: ParallelDims, gpus_per_node: int) -> tuple[tuple[str, str | None], ...]:
+    """The link of every traffic key for a mesh shape (cached: large expert meshes walk their groups)."""
+    mesh = Mesh.from_dims(dims, gpus_per_node)
+    return tuple((k, mesh.link(k)) for k in TRAFFIC)
+
+
+def _stage_memory(plan: Plan, stage: Stage, per_layer_activations: float) -> tuple[dict[str, float], float]:
+    """(model-state terms, activation bytes) per GPU of one pipeline stage."""
+    d, bpp = plan.dims, plan.accounting.bytes_per_param
+    terms = model_states_terms(stage.dense_params / d.tp, plan.zero, d.shard_group, bpp)
+    if stage.expert_params:
+        expert_group = d.expert_dp if (d.ep > 1 or d.etp != d.tp) else d.shard_group
+        for k, x in model_states_terms(stage.expert_params / (d.etp * d.ep), plan.zero, expert_group, bpp).items():
+            terms[k] += x
+    extra = plan.accounting.unsharded_bytes_per_param(plan.zero, d.pp)
+    if extra:
+        terms["unsharded weights/gradients"] = extra * (stage.dense_params / d.tp + stage.expert_params / (d.etp * d.ep))
+    inflight = inflight_micro_batches(d.pp, stage.index, plan.micro_batches)
+    activ = per_layer_activations * stage.num_layers * inflight * interleave_factor(d.pp, plan.virtual_stages) / d.cp
+    return terms, activ
 
 
 def evaluate(plan: Plan) -> Report:
     """Evaluate ``plan``: memory per GPU, bytes per dimension per step with link and time, bubble."""
-    m, hw = plan.model, plan.hardware
-    t, c, p, d, e = plan.tp, plan.cp, plan.pp, plan.dp, plan.ep
-    v, mb = plan.virtual_stages, plan.micro_batches
-    s, b, h = plan.seq, plan.micro_batch_size, m.hidden_size
-    notes = []
+    if not isinstance(plan, Plan):
+        raise ValueError(f"evaluate() needs a Plan, got {type(plan).__name__}")
+    m, hw, d = plan.model, plan.hardware, plan.dims
+    t, c, p, e = d.tp, d.cp, d.pp, d.ep
+    s, b, h, mb, v = plan.seq, plan.micro_batch_size, m.hidden_size, plan.micro_batches, plan.virtual_stages
 
-    # ---- model states
-    dense, experts = _stage_params(plan)
-    dense_gpu = dense / t
-    expert_gpu = experts / (plan.etp * e)
-    dc = d * c
-    terms = model_states_terms(dense_gpu, plan.zero, dc, plan.bytes_per_param)
-    if expert_gpu:
-        for k, x in model_states_terms(expert_gpu, plan.zero, plan.expert_dp, plan.bytes_per_param).items():
-            terms[k] += x
+    # ---- memory: the most-loaded stage (its own states plus its own activations)
+    per_layer = act.activation_bytes_per_layer(s, b, h, m.num_attention_heads, t, plan.recompute,
+                                               plan.sequence_parallel)
+    per_stage = [_stage_memory(plan, st, per_layer) for st in plan.stages]
+    totals = [sum(terms.values()) + activ for terms, activ in per_stage]
+    k_mem = max(range(p), key=lambda k: (totals[k], -k))
+    terms, activ = per_stage[k_mem]
     states = sum(terms.values())
-
-    # ---- activations (first pipeline stage, per CP rank)
-    if plan.layers_per_stage is not None and p > 1:
-        per_layer = act.activation_bytes_per_layer(s, b, h, m.num_attention_heads, t, plan.recompute,
-                                                   plan.sequence_parallel)
-        activ = per_layer * stage_inflight_layers(plan.layers_per_stage, mb, v) / c
-    else:
-        activ = act.activation_bytes(s, b, h, m.num_attention_heads, m.num_layers, t, plan.recompute,
-                                     plan.sequence_parallel, p, mb, v, c)
     total = states + activ
+    st_mem = plan.stages[k_mem]
+    experts_here = st_mem.expert_params / (d.etp * e)
+    params_per_gpu = st_mem.dense_params / t + experts_here
 
-    # ---- bytes per dimension
-    k = zero_comm_factor(plan.zero)
-    g_dense = dense_gpu * GRAD_BYTES_PER_PARAM
-    g_exp = expert_gpu * GRAD_BYTES_PER_PARAM
-    comm = dict.fromkeys(DIMS, 0.0)
-    # two-level ring over the dp x cp ranks: k x (c-1)/c x G inside CP, k x (d-1)/d x G/c across DP
-    comm["cp"] += k * reduce_scatter_bytes(c, g_dense)
-    comm["dp"] += k * reduce_scatter_bytes(d, g_dense / c)
-    if g_exp:
-        comm["dp" if d > 1 else "cp"] += k * reduce_scatter_bytes(plan.expert_dp, g_exp)
-    grad_sync = {"dp": comm["dp"], "cp": comm["cp"]}  # the gradient (ZeRO) part of dp and cp, before K/V
-    if plan.layers_per_stage is not None:
-        layers_here, moe_busiest = _busiest_stage_layers(plan)
-    else:
-        layers_here, moe_busiest = m.num_layers // p, None
+    # ---- bytes per dimension, on the stage with the most layers (the most MoE layers among ties)
+    st = max(plan.stages, key=lambda x: (x.num_layers, x.moe_layers, -x.index))
+    acc = plan.accounting
+    schedule = acc.sync_schedule(plan.zero, p)
+    separate_experts = e > 1 or d.etp != t
+    dense_here = st.dense_params / t
+    experts_gpu = st.expert_params / (d.etp * e)
+    comm = dict.fromkeys(TRAFFIC, 0.0)
+    sync = grad_sync_bytes(dense_here + (0.0 if separate_experts else experts_gpu), d.dp, c, schedule, mb)
+    comm["dp"], comm["cp"] = sync["dp"], sync["cp"]
+    if separate_experts and experts_gpu:
+        comm["edp"] = sum(sync_terms(d.expert_dp, experts_gpu, schedule, mb).values())
+    grad_sync = {"dp": comm["dp"], "cp": comm["cp"], "edp": comm["edp"]}
     if t > 1:
-        comm["tp"] = tp_bytes_per_step(s // c, b, h, layers_here, t, mb)
+        comm["tp"] = tp_bytes_per_step(s // c, b, h, st.num_layers, t, mb)
+        if acc.tp_backward_regather and plan.sequence_parallel:
+            comm["tp"] += megatron_sp_regather_bytes_per_layer(s // c, b, h, t) * st.num_layers * mb
     comm["pp"] = pp_bytes_per_step(s // c, b, h, p, mb, v)
+    if acc.pp_send_divided_by_tp and plan.sequence_parallel:
+        comm["pp"] /= t
     if c > 1:
-        kv_heads_gpu = max(m.num_key_value_heads // t, 1)
-        kv_width_gpu = m.kv_width * kv_heads_gpu // m.num_key_value_heads
-        full_here = m.num_full_attention_layers * layers_here // m.num_layers
-        comm["cp"] += cp_kv_bytes_per_step(s, b, kv_width_gpu, c, full_here, mb)
+        kv_gpu = kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t)
+        comm["cp"] += cp_kv_bytes_per_step(s, b, kv_gpu, c, st.full_attention_layers, mb)
     if e > 1:
-        moe_here = moe_busiest if moe_busiest is not None else m.num_moe_layers * layers_here // m.num_layers
-        # with sequence parallelism each TP rank holds (and dispatches) only its s/(c·t) tokens; Megatron
-        # demands SP whenever MoE runs with TP, and gathers the tokens over TP after the all-to-all
-        ep_tokens = s // c * b / t if plan.sequence_parallel else s // c * b
-        comm["ep"] = ep_bytes_per_step(ep_tokens, m.experts_per_token, h, e, moe_here, mb)
+        comm["ep"] = ep_bytes_per_step(tokens_per_gpu(s, b, c, t, plan.sequence_parallel), m.experts_per_token, h,
+                                       e, st.moe_layers, mb)
 
-    link = dict(_links((t, c, p, d), plan.order, plan.gpus_per_node, e, plan.etp))
-    bw = {"nvlink": hw.nvlink_bytes_per_s, "infiniband": hw.infiniband_bytes_per_s}
-    times = {dim: (transfer_time_s(comm[dim], bw[link[dim]]) if link[dim] else 0.0) for dim in DIMS}
+    link = dict(_links(d, hw.gpus_per_node))
+    if not (separate_experts and m.is_moe):
+        link["edp"] = None      # the experts (if any) sync with the dense gradients
+    times = {k: (comm[k] / hw.bandwidth(link[k]) if link[k] else 0.0) for k in TRAFFIC}
 
+    notes = []
     if t > m.num_key_value_heads:
         notes.append(f"tp={t} > {m.num_key_value_heads} KV heads: each KV head is replicated on "
                      f"{t // m.num_key_value_heads} GPUs (the extra k/v weights are not counted)")
     if plan.recompute == "full" and t > 1:
         notes.append("full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)")
-
+    if comm["edp"]:
+        notes.append(f"routed-expert gradients sync over {d.expert_dp} expert-data-parallel ranks (edp), apart from "
+                     f"the dense gradients' {d.dp * c} data-parallel ranks")
+    if m.max_position_embeddings and s > m.max_position_embeddings:
+        notes.append(f"seq={s:,} is longer than the {m.max_position_embeddings:,} positions {m.name} was trained for")
     if not all(math.isfinite(x) for x in (total, *comm.values())):
-        raise ValueError(f"seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are "
-                         "too large")
+        raise ValueError(f"seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are too large")
     return Report(
-        plan=plan, params_per_gpu=dense_gpu + expert_gpu, model_states_terms=terms,
+        plan=plan, params_per_gpu=params_per_gpu, model_states_terms=terms,
         memory_bytes={"model_states": states, "activations": activ, "total": total},
-        fits=total <= plan.gpu_memory_bytes, comm_bytes_per_step=comm, link=link, comm_time_s=times,
+        fits=total <= hw.gpu_memory_bytes, comm_bytes_per_step=comm, link=link, comm_time_s=times,
         bubble=bubble_fraction(p, mb, v) if p > 1 else 0.0,
         bubble_share=bubble_share_of_time(p, mb, v) if p > 1 else 0.0, notes=tuple(notes),
-        grad_sync_bytes=grad_sync,
+        grad_sync_bytes=grad_sync, stage=k_mem, traffic_stage=st.index,
     )
+
+
+def plan_field_names() -> tuple[str, ...]:
+    """The ``Plan`` dataclass fields (its parts and choices)."""
+    return tuple(f.name for f in fields(Plan))

@@ -2,27 +2,8 @@
 model on a cluster, the constraint each rejected plan fails first, and the fitting plans ranked by an
 estimated step time.
 
-Step time (seconds per optimizer step, on the most-loaded GPU), as a sum of named terms:
-
-* ``compute_s``: the step's model FLOP at the hardware's effective FLOP/s, split evenly over the GPUs:
-  ``compute.step_time_s(flop_params, B·s, effective FLOP/s × gpus, recompute)`` (6 FLOP per parameter per
-  token, 8 with full recompute; attention-score FLOP ignored, as in ``compute``).
-* ``tp_s``, ``cp_s``, ``ep_s``, ``pp_s``: the plan's bytes ÷ link bandwidth for the collectives that block
-  the layer (TP all-reduces, CP's K/V exchange, EP's all-to-all, PP's send/receive): not hidden.
-* ``dp_exposed_s``: the gradient synchronisation (``Report.grad_sync_bytes``: DP and the CP part of the
-  two-level ring, ZeRO-3's gathers too) overlaps the backward pass of the last micro-batch
-  (``compute.backward_time_s`` of b·s tokens over the t·c·p GPUs of one replica); only what sticks out is
-  counted: max(0, sync time − that backward time).
-* ``bubble_s``: the pipeline bubble (p−1)/(m·v) × (compute + blocking communication), the per-micro-batch
-  work the idle stages wait for (Narayanan et al. 2021 §2.2).
-
-MFU = 6 × flop_params × tokens per step ÷ (step time × GPUs × peak FLOP/s) (Chowdhery et al. 2022's model
-FLOPs, without the attention term). Assumptions: no overlap of TP/CP/EP/PP traffic with compute, no
-latency, no stragglers, balanced experts; these make the estimate a lower bound on what tuned systems
-reach and an upper bound on none. One assumption errs the other way: the gradient sync is the plan's
-once-per-step volume (2Ψ, ZeRO-3's 3Ψ), while FSDP with m > 1 micro-batches re-gathers the weights (ZeRO-3)
-and reduce-scatters the gradients (ZeRO-2 and 3) for every micro-batch, so ZeRO-2/3 plans with many
-micro-batches are estimated too cheap.
+Ranking: by the estimated seconds per optimizer step of ``steptime.step_time`` (compute, blocking
+communication, exposed gradient sync, bubble), then by memory.
 
 A plan is kept if it passes every constraint and fits; constraints are checked in this order and the first
 failure names the rejection: TP inside one node (tp ≤ GPUs per node), at least ``min_seq_per_cp_rank``
@@ -46,11 +27,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from . import compute
+from .accounting import Accounting, get_accounting
+from .activations import RECOMPUTE_MODES
+from .dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims, check_count, parse_order
 from .hardware import Hardware, load_hardware
-from .mesh import DEFAULT_ORDER
+from .mesh import check_nodes
 from .model import ModelSpec, load_model
-from .plan import Plan, Report, evaluate, spread_layers
+from .plan import MAX_SEQ, Plan, Report, Workload, evaluate
+from .reporting import plan_label
+from .stages import spread_layers
+from .steptime import TERMS, StepTime, mfu, model_flop_per_step, step_time
+from .units import fmt_gb
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
@@ -60,69 +47,8 @@ VIRTUAL_STAGES = (1, 2, 4)
 # guide (quoted in the course's seed 004) uses CP only for sequences of 8K and more, with CP 2 at 8,192 in its
 # Llama 3 70B example; Llama 3 runs CP 16 at 131,072 (8,192 tokens per rank). Floor: 4,096 tokens per CP rank.
 MIN_SEQ_PER_CP_RANK = 4096
-TERMS = ("compute_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s")
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """The estimated step time of one plan, in seconds, as named terms (see the module docstring)."""
-
-    compute_s: float
-    tp_s: float
-    cp_s: float
-    ep_s: float
-    pp_s: float
-    dp_exposed_s: float
-    bubble_s: float
-
-    @property
-    def total_s(self) -> float:
-        return sum(self.terms().values())
-
-    def terms(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in TERMS}
-
-
-def step_time(report: Report) -> StepTime:
-    """Estimated seconds per optimizer step of ``report``'s plan: compute + blocking communication +
-    the part of the gradient synchronisation the last backward does not hide + the pipeline bubble.
-
-        >>> from meshplan.lab import LAB_64_GPUS, lab_plan
-        >>> st = step_time(evaluate(lab_plan(LAB_64_GPUS[2])))
-        >>> round(st.compute_s, 3), round(st.tp_s, 3), round(st.bubble_s, 3), round(st.total_s, 2)
-        (1.05, 0.47, 0.192, 1.76)
-    """
-    p, m, hw = report.plan, report.plan.model, report.plan.hardware
-    tokens = p.dp * p.micro_batch_size * p.micro_batches * p.seq
-    compute_s = compute.step_time_s(m.flop_params, tokens, hw.effective_flop_per_s * p.gpus, p.recompute)
-    bw = {"nvlink": hw.nvlink_bytes_per_s, "infiniband": hw.infiniband_bytes_per_s}
-
-    def secs(dim: str, n_bytes: float) -> float:
-        link = report.link[dim]
-        return n_bytes / bw[link] if link else 0.0
-
-    sync = report.grad_sync_bytes
-    cp_kv = report.comm_bytes_per_step["cp"] - sync.get("cp", 0.0)
-    blocking = {"tp_s": report.comm_time_s["tp"], "cp_s": secs("cp", cp_kv), "ep_s": report.comm_time_s["ep"],
-                "pp_s": report.comm_time_s["pp"]}
-    sync_s = secs("dp", sync.get("dp", 0.0)) + secs("cp", sync.get("cp", 0.0))
-    window = compute.backward_time_s(m.flop_params, p.micro_batch_size * p.seq,
-                                     hw.effective_flop_per_s * p.tp * p.cp * p.pp)
-    bubble = report.bubble * (compute_s + sum(blocking.values()))
-    return StepTime(compute_s=compute_s, dp_exposed_s=max(0.0, sync_s - window), bubble_s=bubble, **blocking)
-
-
-def model_flop_per_step(report: Report) -> float:
-    """6 × flop_params × tokens per step (no recompute): the FLOP that MFU counts."""
-    p = report.plan
-    return compute.step_flop(p.model.flop_params, p.dp * p.micro_batch_size * p.micro_batches * p.seq)
-
-
-def mfu(report: Report, step_s: float, peak_flop_per_s: float) -> float:
-    """Model FLOPs utilisation: model FLOP per step ÷ (step time × GPUs × peak FLOP/s)."""
-    if not peak_flop_per_s > 0 or not step_s > 0:
-        raise ValueError(f"peak_flop_per_s={peak_flop_per_s!r} and step_s={step_s!r} must be positive")
-    return model_flop_per_step(report) / (step_s * report.plan.gpus * peak_flop_per_s)
+__all__ = ["Candidate", "Rejection", "SearchResult", "StepTime", "describe", "format_search", "mfu",
+           "model_flop_per_step", "search", "step_time"]
 
 
 @dataclass(frozen=True)
@@ -203,39 +129,56 @@ class SearchResult:
         return out
 
 
-def describe(plan: Plan) -> str:
-    """A short label: 'TP 8 × PP 16 × DP 128 · ZeRO-1 · selective · b 1 · m 16 · v 1'."""
-    dims = " × ".join(f"{k.upper()} {getattr(plan, k)}" for k in ("tp", "cp", "pp", "dp") if getattr(plan, k) > 1)
-    if plan.ep > 1:
-        dims += f" (EP {plan.ep})"
-    return (f"{dims or '1 GPU'} · ZeRO-{plan.zero} · {plan.recompute} · b {plan.micro_batch_size} · "
-            f"m {plan.micro_batches} · v {plan.virtual_stages}")
+describe = plan_label  # 'TP 8 × PP 16 × DP 128 · ZeRO-1 · selective · b 1 · m 16 · v 1'
 
 
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+def _check_choices(name: str, values, allowed) -> tuple:
+    values = tuple(values)
+    if not values:
+        raise ValueError(f"{name} is empty: give at least one value")
+    for v in values:
+        if v not in allowed or isinstance(v, bool):
+            raise ValueError(f"{name}: {v!r} is not one of {', '.join(map(str, allowed))}")
+    return values
+
+
 def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | None = None,
            gpu_memory_bytes: float | None = None, order: str = DEFAULT_ORDER, max_cp: int = 32,
-           min_seq_per_cp_rank: int = MIN_SEQ_PER_CP_RANK, uneven_stages: bool = True, hardware: Hardware | None = None,
+           min_seq_per_cp_rank: int = MIN_SEQ_PER_CP_RANK, uneven_stages: bool = True,
+           hardware: Hardware | str | None = None, accounting: Accounting | str = "lab",
            zero_stages=ZERO_STAGES, recompute=RECOMPUTE, micro_batch_sizes=MICRO_BATCH_SIZES,
            virtual_stages=VIRTUAL_STAGES) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
     ``global_batch`` sequences; keep those that pass every constraint and fit, ranked by ``step_time``.
 
     Duplicates are not enumerated: ZeRO stages > 0 only when dp × cp > 1, virtual stages > 1 only with
-    pp > 1, EP > 1 only for MoE models. Raises ValueError for a bad model, GPU count or batch.
+    pp > 1, EP > 1 only for MoE models. Every argument is validated as ``Plan.create`` validates it (ValueError
+    naming it): the same order, memory, stage and recompute rules, so ``search`` never silently finds nothing
+    for a bad input.
     """
     spec = load_model(model)
-    hw = hardware or load_hardware()
-    gpn = hw.gpus_per_node if gpus_per_node is None else gpus_per_node
-    mem = hw.gpu_memory_bytes if gpu_memory_bytes is None else gpu_memory_bytes
-    for name, x in (("gpus", gpus), ("seq", seq), ("global_batch", global_batch), ("gpus_per_node", gpn)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name}={x!r} must be a positive integer")
-    if gpus > gpn and gpus % gpn:
-        raise ValueError(f"gpus_per_node={gpn} does not divide gpus={gpus}")
+    check_count("gpus", gpus, MAX_GPUS)
+    check_count("seq", seq, MAX_SEQ)
+    check_count("global_batch", global_batch)
+    check_count("max_cp", max_cp, MAX_GPUS)
+    if isinstance(min_seq_per_cp_rank, bool) or not isinstance(min_seq_per_cp_rank, int) or min_seq_per_cp_rank < 0:
+        raise ValueError(f"min_seq_per_cp_rank={min_seq_per_cp_rank!r} must be a non-negative integer")
+    parse_order(order)
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node)
+    acc = get_accounting(accounting)
+    gpn, mem = hw.gpus_per_node, hw.gpu_memory_bytes
+    check_nodes(gpus, gpn)
+    zero_stages = _check_choices("zero_stages", zero_stages, ZERO_STAGES)
+    recompute = _check_choices("recompute", recompute, RECOMPUTE_MODES)
+    micro_batch_sizes = tuple(check_count("micro_batch_sizes entry", b) for b in micro_batch_sizes)
+    virtual_stages = tuple(check_count("virtual_stages entry", v) for v in virtual_stages)
+    if not micro_batch_sizes or not virtual_stages:
+        raise ValueError("micro_batch_sizes and virtual_stages need at least one value each")
     L = spec.num_layers
     ranked: list[Candidate] = []
     rejected: list[Rejection] = []
@@ -273,11 +216,10 @@ def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | N
                                             f"size = {dp} × {b} = {dp * b}"))
                                         continue
                                     try:
-                                        plan = Plan(model=spec, gpus=gpus, tp=tp, cp=cp, ep=ep, pp=pp, dp=dp,
-                                                    zero=zero, recompute=rc, seq=seq, micro_batch_size=b,
-                                                    micro_batches=global_batch // (dp * b), virtual_stages=v,
-                                                    order=order, gpus_per_node=gpn, gpu_memory_bytes=mem,
-                                                    layers_per_stage=lps, hardware=hw)
+                                        plan = Plan(model=spec, dims=ParallelDims(tp, cp, pp, dp, ep, order=order),
+                                                    workload=Workload(seq, b, global_batch // (dp * b)),
+                                                    hardware=hw, accounting=acc, zero=zero, recompute=rc,
+                                                    virtual_stages=v, layers_per_stage=lps)
                                     except ValueError as exc:
                                         rejected.append(Rejection(settings, "plan", str(exc)))
                                         continue
@@ -295,9 +237,8 @@ def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | N
     return SearchResult(spec, gpus, seq, global_batch, tuple(ranked), tuple(rejected), n)
 
 
-# ---------------------------------------------------------------- command line
-def _format(result: SearchResult, top: int, peak: float | None) -> str:
-    from .units import fmt_gb
+def format_search(result: SearchResult, top: int = 10) -> str:
+    """The table ``meshplan search`` prints: the top plans with their step-time terms, then the rejections."""
     lines = [f"{result.model.name} on {result.gpus:,} GPUs, s = {result.seq:,}, global batch {result.global_batch:,} "
              f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
              ""]
@@ -312,32 +253,3 @@ def _format(result: SearchResult, top: int, peak: float | None) -> str:
     for constraint, count in result.rejections_by_constraint().items():
         lines.append(f"  {constraint:<18}{count:>8,}  e.g. {examples[constraint].message}")
     return "\n".join(lines)
-
-
-def add_command(subparsers) -> None:
-    """Register ``python -m meshplan search``."""
-    from .cli import _gb, _int  # the shared option parsers
-    from .units import GB
-    p = subparsers.add_parser("search", help="rank every plan that fits by an estimated step time")
-    p.add_argument("--model", required=True, help="a file stem in data/models/ or a path to a config.json")
-    p.add_argument("--gpus", required=True, type=_int("gpus"))
-    p.add_argument("--gpus-per-node", type=_int("gpus-per-node"), default=None)
-    p.add_argument("--gpu-memory-gb", type=_gb, default=None)
-    p.add_argument("--seq", type=_int("seq"), default=4096)
-    p.add_argument("--global-batch", required=True, type=_int("global-batch"), help="sequences per step")
-    p.add_argument("--top", type=_int("top"), default=10)
-    p.add_argument("--order", default=DEFAULT_ORDER)
-    p.add_argument("--json", action="store_true", help="print a JSON list of the top plan reports")
-
-    def run(args) -> int:
-        import json
-        result = search(args.model, args.gpus, args.seq, args.global_batch, gpus_per_node=args.gpus_per_node,
-                        gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
-                        order=args.order)
-        if args.json:
-            print(json.dumps([c.to_dict(i) for i, c in enumerate(result.ranked[:args.top], 1)]))
-        else:
-            print(_format(result, args.top, None))
-        return 0
-
-    p.set_defaults(run=run)

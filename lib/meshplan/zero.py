@@ -48,6 +48,11 @@ class BytesPerParam:
     adam_m: int = 4    # fp32 Adam first moment
     adam_v: int = 4    # fp32 Adam second moment
 
+    def __post_init__(self) -> None:
+        for name, b in self.terms().items():
+            if isinstance(b, bool) or not isinstance(b, int) or not 0 <= b <= 64:
+                raise ValueError(f"bytes_per_param {name}={b!r} must be an integer from 0 to 64 bytes")
+
     @property
     def total(self) -> int:
         return sum(self.terms().values())
@@ -116,37 +121,91 @@ def zero_comm_factor(zero_stage: int) -> int:
     return 3 if zero_stage == 3 else 2
 
 
-def zero_sync_bytes(n: int, grad_bytes: float, zero_stage: int = 0) -> float:
-    """Bytes one rank sends per step to keep ``n`` data-parallel replicas in sync.
+ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all-reduce", "reduce-scatter", "all-gather"
 
-    ``grad_bytes`` is the size of this rank's unsharded gradient (= its bf16 weights).
-    Stage 0–2: ring all-reduce 2(n−1)/n × G. Stage 3: all-gather (forward) + all-gather (backward) +
-    reduce-scatter = 3(n−1)/n × G.
+
+@dataclass(frozen=True)
+class SyncCollective:
+    """One collective of the data-parallel synchronisation, as an engine schedules it.
+
+    Attributes:
+        label: what it moves, e.g. ``"reduce-scatter (gradients)"``.
+        kind: ``"all-reduce"``, ``"reduce-scatter"`` or ``"all-gather"`` (ring costs from ``collectives``).
+        wire_bytes: bytes per parameter on the wire (2 for bf16, 4 for fp32).
+        per_micro_batch: True if it runs once per micro-batch (m times per step), False once per step.
+    """
+
+    label: str
+    kind: str
+    wire_bytes: int = 2
+    per_micro_batch: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER):
+            raise ValueError(f"kind={self.kind!r} must be all-reduce, reduce-scatter or all-gather")
+        if self.wire_bytes not in (1, 2, 4) or isinstance(self.wire_bytes, bool):
+            raise ValueError(f"wire_bytes={self.wire_bytes!r} must be 1, 2 or 4")
+
+    def bytes(self, n: int, params: float, micro_batches: int = 1) -> float:
+        """Bytes one rank sends per step for ``params`` parameters over ``n`` ranks."""
+        size = params * self.wire_bytes
+        ring = {ALL_REDUCE: ring_all_reduce_bytes, REDUCE_SCATTER: reduce_scatter_bytes,
+                ALL_GATHER: all_gather_bytes}[self.kind](n, size)
+        return ring * (micro_batches if self.per_micro_batch else 1)
+
+
+# The lab page's (ZeRO paper's) schedule: bf16 on the wire, once per step (after gradient accumulation).
+# Stage 0: one all-reduce of the gradients. Stages 1–2: a reduce-scatter of the gradients (each rank keeps the
+# sum of its shard) and an all-gather of the updated weights (ZeRO §7.2.1; the all-reduce's volume). Stage 3:
+# the weights are all-gathered before each layer's forward and again before its backward, and the gradients
+# reduce-scattered (§7.2.2: 3Ψ, 1.5× DP).
+LAB_SYNC: dict[int, tuple[SyncCollective, ...]] = {
+    0: (SyncCollective("all-reduce (gradients)", ALL_REDUCE),),
+    1: (SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
+        SyncCollective("all-gather (updated weights)", ALL_GATHER)),
+    2: (SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
+        SyncCollective("all-gather (updated weights)", ALL_GATHER)),
+    3: (SyncCollective("all-gather (weights, forward)", ALL_GATHER),
+        SyncCollective("all-gather (weights, backward)", ALL_GATHER),
+        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER)),
+}
+
+
+def sync_terms(n: int, params: float, schedule: tuple[SyncCollective, ...], micro_batches: int = 1) -> dict[str, float]:
+    """Bytes one rank sends per step for each collective of ``schedule`` (keyed by label), to keep ``params``
+    parameters in sync over ``n`` data-parallel ranks with ``micro_batches`` micro-batches per step. The one
+    place the data-parallel synchronisation is priced, for every ledger.
+
+        >>> t = sync_terms(8, 27_781_427_952, LAB_SYNC[3])
+        >>> {k: round(v / 1e9, 1) for k, v in t.items()}
+        {'all-gather (weights, forward)': 48.6, 'all-gather (weights, backward)': 48.6, 'reduce-scatter (gradients)': 48.6}
+    """
+    _check_pos("n", n)
+    out: dict[str, float] = {}
+    for c in schedule:
+        out[c.label] = out.get(c.label, 0.0) + c.bytes(n, params, micro_batches)
+    return out
+
+
+def zero_sync_terms(n: int, grad_bytes: float, zero_stage: int = 0) -> dict[str, float]:
+    """The lab page's collectives (``LAB_SYNC``) for a bf16 gradient of ``grad_bytes``: bytes one rank sends per
+    step for each. The values sum to ``zero_sync_bytes``.
+
+        >>> {k: round(v / 1e9, 1) for k, v in zero_sync_terms(8, 2 * 27_781_427_952, 1).items()}
+        {'reduce-scatter (gradients)': 48.6, 'all-gather (updated weights)': 48.6}
+    """
+    _check_stage(zero_stage)
+    return sync_terms(n, grad_bytes / 2, LAB_SYNC[zero_stage])
+
+
+def zero_sync_bytes(n: int, grad_bytes: float, zero_stage: int = 0) -> float:
+    """Bytes one rank sends per step to keep ``n`` data-parallel replicas in sync, the lab page's way.
+
+    ``grad_bytes`` is the size of this rank's unsharded bf16 gradient (= its bf16 weights). Stages 0–2: ring
+    all-reduce 2(n−1)/n × G. Stage 3: all-gather (forward) + all-gather (backward) + reduce-scatter =
+    3(n−1)/n × G.
 
         >>> round(zero_sync_bytes(8, 2 * 27_781_427_952, 3) / 1e9, 1)
         145.9
     """
-    if zero_comm_factor(zero_stage) == 3:
-        return 2 * all_gather_bytes(n, grad_bytes) + reduce_scatter_bytes(n, grad_bytes)
-    return ring_all_reduce_bytes(n, grad_bytes)
-
-
-def zero_sync_terms(n: int, grad_bytes: float, zero_stage: int = 0) -> dict[str, float]:
-    """The collectives behind ``zero_sync_bytes``, by name: bytes one rank sends per step for each.
-
-    Stage 0: one all-reduce of the gradients. Stages 1–2: a reduce-scatter of the gradients (each rank
-    keeps the sum of its shard) and an all-gather of the updated weights (ZeRO §7.2.1; same volume as the
-    all-reduce). Stage 3: the weights are all-gathered before each layer's forward and again before its
-    backward, and the gradients reduce-scattered (§7.2.2). The values sum to ``zero_sync_bytes``.
-
-        >>> {k: round(v / 1e9, 1) for k, v in zero_sync_terms(8, 2 * 27_781_427_952, 3).items()}
-        {'all-gather (weights, forward)': 48.6, 'all-gather (weights, backward)': 48.6, 'reduce-scatter (gradients)': 48.6}
-    """
-    _check_stage(zero_stage)
-    ag, rs = all_gather_bytes(n, grad_bytes), reduce_scatter_bytes(n, grad_bytes)
-    if zero_stage == 0:
-        return {"all-reduce (gradients)": ring_all_reduce_bytes(n, grad_bytes)}
-    if zero_stage in (1, 2):
-        return {"reduce-scatter (gradients)": rs, "all-gather (updated weights)": ag}
-    return {"all-gather (weights, forward)": ag, "all-gather (weights, backward)": ag,
-            "reduce-scatter (gradients)": rs}
+    return sum(zero_sync_terms(n, grad_bytes, zero_stage).values())
