@@ -21,12 +21,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SITE_DIR = REPO_ROOT / "_build" / "html"
+SITE_DIR = Path(os.environ.get("MESHPLAN_SITE_DIR", REPO_ROOT / "_build" / "html"))  # the built book
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -73,11 +73,13 @@ class OfflineBrowser:
     blocked: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
 
-    def open(self, relpath: str, wait_until: str = "load"):
-        """Open a page of the built site (path relative to _build/html)."""
+    def open(self, relpath: str, wait_until: str = "load", viewport: dict | None = None):
+        """Open a page of the built site (path relative to _build/html), at ``viewport`` if given."""
         if not site_page_exists(relpath):
             raise FileNotFoundError(f"{site_path(relpath)} does not exist: run `make book`")
         page = self.context.new_page()
+        if viewport:
+            page.set_viewport_size(viewport)
         page.on("pageerror", lambda exc: self.page_errors.append(f"{relpath}: {exc}"))
         page.goto(site_url(relpath), wait_until=wait_until)
         return page
@@ -148,3 +150,93 @@ def offline_browser() -> Iterator[OfflineBrowser]:
         yield OfflineBrowser(context=context, blocked=blocked)
     finally:
         context.close()
+
+
+# ---------------------------------------------------------------------------------------------- standalone pages
+# Widgets are tested on pages written from their ``to_html()`` alone (no book build): a minimal page that sets
+# the book theme's colour variables (pydata-sphinx-theme 0.17's values, light and ``data-theme="dark"``) and its
+# content width, so the widgets meet the variables they read in the book.
+
+DESKTOP = {"width": 1366, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+THEME_CSS = """
+html{--pst-color-background:#fff;--pst-color-on-background:#fff;--pst-color-surface:#f3f4f5;
+--pst-color-text-base:#222832;--pst-color-text-muted:#48566b;--pst-color-border:#d1d5da;--pst-color-primary:#0a7d91;
+--pst-color-danger:#d72d47;--pst-color-success:#00843f;color-scheme:light}
+html[data-theme=dark]{--pst-color-background:#14181e;--pst-color-on-background:#222832;--pst-color-surface:#29313d;
+--pst-color-text-base:#ced6dd;--pst-color-text-muted:#9ca4af;--pst-color-border:#48566b;--pst-color-primary:#3fb1c5;
+--pst-color-danger:#e78894;--pst-color-success:#5fb488;color-scheme:dark}
+body{margin:0;background:var(--pst-color-background);color:var(--pst-color-text-base);
+font-family:-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;font-size:16px}
+main{max-width:757px;margin:0 auto;padding:0 16px}
+"""
+
+
+def standalone_page(path: Path, body: str, dark: bool = False, title: str = "widget") -> Path:
+    """Write ``body`` (widgets' HTML) into a minimal themed page at ``path``; returns the path."""
+    theme = ' data-theme="dark"' if dark else ""
+    path.write_text(f'<!doctype html><html lang="en"{theme}><head><meta charset="utf-8">'
+                    f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>'
+                    f"<style>{THEME_CSS}</style></head><body><main>{body}</main></body></html>", encoding="utf-8")
+    return path
+
+
+def open_standalone(browser: OfflineBrowser, path: Path, viewport: dict = DESKTOP):
+    """Open a standalone page at a viewport size; page errors go to ``browser.page_errors``."""
+    page = browser.context.new_page()
+    page.set_viewport_size(viewport)
+    page.on("pageerror", lambda exc: browser.page_errors.append(f"{path.name}: {exc}"))
+    page.goto(path.as_uri())
+    return page
+
+
+def horizontal_overflow(page) -> int:
+    """How many pixels the page scrolls sideways (0 when nothing is wider than the viewport)."""
+    return page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+
+
+@contextlib.contextmanager
+def site_page(relpath: str, viewport: dict | None = None) -> Iterator:
+    """Open a page of the built site (skipped if not built, see ``require_site``) in a fresh offline context;
+    on leaving, assert that it requested nothing from the network and threw no error."""
+    require_site(relpath)
+    with offline_browser() as browser:
+        yield browser.open(relpath, viewport=viewport)
+        assert browser.blocked == [], f"external requests: {browser.blocked}"
+        assert browser.page_errors == [], browser.page_errors
+
+
+def skip_prediction(exercise) -> str:
+    """Press "Show me" on an exercise (a locator) and return the first line it shows."""
+    exercise.locator(".mp-show").click()
+    return exercise.locator(".mp-answer").inner_text().splitlines()[0]
+
+
+def predict(exercise, text: str, enter: bool = False) -> list[str]:
+    """Type a prediction, press Check (or Enter), and return the lines the exercise shows."""
+    box = exercise.locator(".mp-prediction")
+    box.fill(text)
+    if enter:
+        box.press("Enter")
+    else:
+        exercise.locator(".mp-check").click()
+    return exercise.locator(".mp-answer").inner_text().splitlines()
+
+
+def choose(exercise, name: str, text: str) -> None:
+    """Pick the option shown as ``text`` of a named-choice control (radio buttons or a drop-down)."""
+    select = exercise.locator(f'select.mp-select[data-name="{name}"]')
+    if select.count():
+        select.select_option(label=text)
+    else:
+        exercise.locator(f'.mp-radio[data-name="{name}"] .mp-option', has_text=text).click()
+
+
+def chosen(exercise, name: str) -> str:
+    """The text shown for a control's value (slider output, checked radio button, selected option)."""
+    return exercise.evaluate("""(root, name) => {
+        const el = root.querySelector(`.mp-control[data-name="${name}"]`);
+        if (el.tagName === 'INPUT') return el.parentNode.querySelector('.mp-value').textContent;
+        if (el.tagName === 'SELECT') return el.options[el.selectedIndex].textContent;
+        return el.querySelector('input:checked').parentNode.textContent; }""", name)

@@ -1,13 +1,12 @@
-"""Chapter 2 in the built site: drive the exposed-communication exercise (headless Chromium, offline)."""
+"""Chapter 2 in the built site: the exposed-communication exercise (headless Chromium, offline)."""
 
 from __future__ import annotations
 
-from browser import offline_browser, require_site
+from browser import chosen, predict, site_page, skip_prediction
 from meshplan import buckets, load_hardware, load_model
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/02_data_parallel.html"
-
 
 
 def _exposed(tokens: int, gb_s: int) -> float:
@@ -15,34 +14,17 @@ def _exposed(tokens: int, gb_s: int) -> float:
 
 
 def test_chapter2_exposed_communication_exercise():
-    require_site(PAGE)
-    with offline_browser() as browser:
-        page = browser.open(PAGE)
+    with site_page(PAGE) as page:
         ex = page.locator("#mp-ex-ch2-exposed")
         ex.scroll_into_view_if_needed()
-        tokens = ex.locator('input.mp-slider[data-name="tokens"]')
-        bandwidth = ex.locator('input.mp-slider[data-name="bandwidth_gb_s"]')
-        t_label = tokens.locator("xpath=following-sibling::output[1]")
-        b_label = bandwidth.locator("xpath=following-sibling::output[1]")
-        assert (t_label.inner_text(), b_label.inner_text()) == ("4096", "50")
+        assert (chosen(ex, "tokens"), chosen(ex, "bandwidth_gb_s")) == ("4096", "50")
+        assert skip_prediction(ex) == f"You skipped the prediction. The library says {_exposed(4096, 50):,.2f} s."
 
-        ex.locator(".mp-check").click()
-        value = _exposed(4096, 50)
-        assert ex.locator(".mp-answer").inner_text().startswith(f"The library says {value:,.2f} s.")
-
-        tokens.focus()
-        page.keyboard.press("ArrowRight")                     # 4,096 -> 8,192 tokens per GPU
-        bandwidth.focus()
-        page.keyboard.press("ArrowRight")                     # 50 -> 100 GB/s
-        assert (t_label.inner_text(), b_label.inner_text()) == ("8192", "100")
-        ex.locator(".mp-prediction").fill("0.5")
-        ex.locator(".mp-check").click()
-        answer = ex.locator(".mp-answer").inner_text()
+        for name in ("tokens", "bandwidth_gb_s"):                # 4,096 -> 8,192 tokens; 50 -> 100 GB/s
+            ex.locator(f'input.mp-slider[data-name="{name}"]').focus()
+            page.keyboard.press("ArrowRight")
+        assert (chosen(ex, "tokens"), chosen(ex, "bandwidth_gb_s")) == ("8192", "100")
         value = _exposed(8192, 100)
-        expected = compare("0.5", Result(value, f"{value:,.2f} s"), unit="s", digits=2)
-        assert answer.splitlines()[0] == expected
+        assert predict(ex, "0.5", enter=True)[0] == compare("0.5", Result(value, f"{value:,.2f} s"), unit="s", digits=2)
         assert value < _exposed(4096, 50)
         assert ex.locator(".mp-explanation").inner_text()
-
-        assert browser.blocked == [], f"external requests: {browser.blocked}"
-        assert browser.page_errors == [], browser.page_errors

@@ -10,10 +10,18 @@ from itertools import product
 
 import numpy as np
 import pytest
-
 from meshplan import Mesh, Plan, evaluate
-from meshplan.grid import (AXIS_COLOURS, MAX_COMBINATIONS, DeviceGrid, _members, combination, grid_html,
-                           group_from_strides, nodes_spanned, plot_grid)
+from meshplan.grid import (
+    AXIS_COLOURS,
+    MAX_COMBINATIONS,
+    DeviceGrid,
+    _members,
+    combination,
+    grid_html,
+    group_from_strides,
+    nodes_spanned,
+    plot_grid,
+)
 from meshplan.mesh import AXES, parse_order
 from meshplan.widgets import STATIC_ENV
 
@@ -108,14 +116,16 @@ def test_combination_errors():
 
 
 def test_grid_validation():
-    with pytest.raises(ValueError, match="slider combinations"):
+    with pytest.raises(ValueError, match="1,536 control combinations; keep the page small \\(at most 400\\)"):
         DeviceGrid("t", 64, tp=range(1, 9), cp=range(1, 9))
-    with pytest.raises(ValueError, match="default tp=3"):
+    with pytest.raises(ValueError, match="default tp=3 is not one of tp's values"):
         DeviceGrid("t", 8, defaults={"tp": 3})
     with pytest.raises(ValueError, match="rank=8"):
         DeviceGrid("t", 8, rank=8)
-    with pytest.raises(ValueError, match="grid id"):
+    with pytest.raises(ValueError, match="grid id='a b' must use letters"):
         DeviceGrid("a b", 8)
+    with pytest.raises(ValueError, match="gpus=0 must be a positive integer"):
+        DeviceGrid("t", 0)
 
 
 def test_nodes_spanned_deepseek_ep():
@@ -131,12 +141,19 @@ def test_members_text():
 
 
 def test_static_html_is_self_contained():
-    html = DeviceGrid("ch8-x", 64, defaults={"tp": 8}).to_html()
-    payload = json.loads(re.search(r'class="mp-grid-data">(.*?)</script>', html, re.S).group(1))
-    assert payload["gpus"] == 64 and payload["values"]["tp"] == ["1", "2", "4", "8"]
-    assert payload["colours"] == AXIS_COLOURS
+    grid = DeviceGrid("ch8-x", 64, defaults={"tp": 8})
+    html = grid.to_html()
+    payload = json.loads(re.search(r'class="mp-data">(.*?)</script>', html, re.DOTALL).group(1))
+    assert payload["gpus"] == 64 and payload["rank"] == 0 and payload["colours"] == AXIS_COLOURS
+    assert [(c["name"], c["input"], c["texts"]) for c in payload["controls"]] == [
+        ("tp", "slider", ["1", "2", "4", "8"]), ("cp", "slider", ["1", "2", "4", "8"]),
+        ("pp", "slider", ["1", "2", "4", "8"]), ("order", "radio", ["tp-cp-pp-dp", "tp-cp-dp-pp", "dp-pp-cp-tp"]),
+        ("gpus_per_node", "radio", ["8", "4"])]
+    assert payload["table"] == grid.table()
     assert "src=" not in html and "http" not in html
     assert 'id="mp-grid-ch8-x"' in html and html.count("<script") == 2
+    # the axis order's options are visible: radio buttons, the default checked
+    assert '<input type="radio" name="mp-grid-ch8-x-order" value="0" checked>tp-cp-pp-dp</label>' in html
 
 
 def test_mime_bundle_static_and_live(monkeypatch):

@@ -1,15 +1,36 @@
-"""``meshplan.widgets``: the predict-then-check exercise (answer tables, static HTML, feedback, mime bundle)."""
+"""``meshplan.widgets``: the prediction reader and the feedback line (exact strings), the static-and-live base
+(controls, dependent ranges, tables, payload, HTML, MIME bundle, live controls), the exercise and the
+checklist. The page's JavaScript is checked against the same cases in ``test_widget_js.py``."""
 
 from __future__ import annotations
 
+import doctest
+import importlib
 import json
 import re
+import unicodedata
 from itertools import product
 
 import pytest
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from meshplan import Plan, evaluate, zero
-from meshplan.widgets import STATIC_ENV, Exercise, Result, compare
+from meshplan.widgets import (
+    STATIC_ENV,
+    Check,
+    Checklist,
+    Exercise,
+    Result,
+    StaticWidget,
+    compare,
+    fmt_fixed,
+    fmt_sig,
+    read_prediction,
+    reveal,
+)
+from meshplan.widgets.base import auto_input, text_on
+from meshplan.widgets.predict import DIGIT_ZEROS
+from widget_cases import COMPARE_CASES, READ_CASES
 
 P = 27_781_427_952
 
@@ -29,20 +50,207 @@ def plan_ex():
 @pytest.fixture
 def floor_ex():
     return Exercise("floor", "Model states per GPU with ZeRO-3?",
-                    lambda n: zero.model_states_bytes(P, 3, n) / 1e9, sliders={"n": [1, 8, 64]}, unit="GB")
+                    lambda n: zero.model_states_bytes(P, 3, n) / 1e9, sliders={"n": [1, 8, 64]}, unit="GB",
+                    explain=lambda n: f"444.5 GB / {n}")
+
+
+def _rank_mb(n: int, rank: int) -> float:
+    return 10.0 * n + rank
+
+
+@pytest.fixture
+def rank_ex():
+    """rank ≤ N − 1: a dependent range."""
+    return Exercise("owner", "MB on this rank?", _rank_mb, sliders={"n": [2, 4, 8], "rank": list(range(8))},
+                    defaults={"n": 8, "rank": 5}, unit="MB", depends={"rank": lambda n: range(n)})
 
 
 def _payload(html: str) -> dict:
-    found = re.findall(r'<script type="application/json" class="mp-data">(.*?)</script>', html, re.S)
+    found = re.findall(r'<script type="application/json" class="mp-data">(.*?)</script>', html, re.DOTALL)
     assert len(found) == 1
     return json.loads(found[0])
 
 
-# ---------------------------------------------------------------- the answer table
+def test_submodule_examples_pass():
+    for name in ("predict", "base", "exercise", "runtime"):
+        result = doctest.testmod(importlib.import_module(f"meshplan.widgets.{name}"), optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0 and result.attempted > 0, name
+
+
+# ---------------------------------------------------------------- reading a prediction
+@pytest.mark.parametrize("typed,unit,value,echo,note,error", READ_CASES)
+def test_read_prediction(typed, unit, value, echo, note, error):
+    r = read_prediction(typed, unit)
+    assert (r.value, r.echo, r.note, r.error) == (value, echo, note, error)
+
+
+def test_read_rules_in_words():
+    """The rules the module states, one line each (the table above holds the exact texts)."""
+    assert read_prediction("1,5").value == 1.5                    # a lone comma is a decimal comma ...
+    assert read_prediction("1,500").value == 1500                 # ... unless 1-3 digits, comma, 3 digits
+    assert read_prediction("1,500").note == "the comma read as a thousands separator"
+    assert read_prediction("1.500").value == 1.5                  # a lone point is always decimal
+    assert read_prediction("1.234,5").value == read_prediction("1,234.5").value == 1234.5  # the later mark
+    assert read_prediction("1 234,567").value == 1234.567         # other separators present: decimal comma
+    assert read_prediction("52 GiB", "GB").value == 52 * 2**30 / 1e9
+    assert read_prediction("37.5%").value == 0.375 and read_prediction("0.375", "%").value == 0.375
+    assert read_prediction("\u22123").value == read_prediction("-3").value == -3
+
+
+def test_digit_scripts_are_ten_consecutive_digits():
+    for z in DIGIT_ZEROS:
+        assert [unicodedata.decimal(chr(z + k)) for k in range(10)] == list(range(10)), hex(z)
+        assert read_prediction(chr(z + 4) + chr(z + 2)).value == 42
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=80))
+def test_any_text_is_read_or_refused_with_one_line(text):
+    r = read_prediction(text, "GB")
+    assert (r.value is None) == (r.error is not None)
+    msg = compare(text, Result(55.56, "55.6 GB"), "GB")
+    assert "\n" not in msg and len(msg) < 400
+    if r.error:
+        assert msg == r.error and "55.6" not in msg  # a refusal never gives the answer away
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False), st.floats(allow_nan=False, allow_infinity=False))
+def test_any_number_is_graded_without_a_long_line(x, v):
+    msg = compare(repr(x), Result(v, f"{v:g}"), "GB")
+    assert len(msg) < 260 and "inf" not in msg and "nan" not in msg
+    assert compare("1e300", Result(1e-300, "0")).endswith("more than 1e308 × the answer: ✗ off by more than a factor of 10.")
+
+
+# ---------------------------------------------------------------- numbers as text
+@pytest.mark.parametrize("x,digits,text", [
+    (2.25, 1, "2.3"), (0.125, 2, "0.13"), (2.675, 2, "2.67"), (-0.04, 1, "0.0"), (-1.25, 1, "−1.3"),
+    (1234567.891, 2, "1,234,567.89"), (0.0, 0, "0"), (999.5, 0, "1,000"),
+])
+def test_fmt_fixed_rounds_half_away_from_zero_on_the_exact_value(x, digits, text):
+    assert fmt_fixed(x, digits) == text
+
+
+@pytest.mark.parametrize("x,sig,text", [
+    (55.834574848, 4, "55.83"), (1e308 / 55.56, 2, "1.8e306"), (0.0001234, 3, "0.000123"), (1.234e-7, 3, "1.23e−7"),
+    (9.9996, 4, "10"), (-1234.5, 2, "−1,200"), (1e15, 3, "1e15"), (999_999_999_999_999.9, 3, "1e15"), (0.0, 3, "0"),
+    (5400.0, 4, "5,400"), (0.3, 4, "0.3"),
+])
+def test_fmt_sig(x, sig, text):
+    assert fmt_sig(x, sig) == text
+
+
+# ---------------------------------------------------------------- the feedback line
+@pytest.mark.parametrize("typed,value,text,error,unit,digits,tolerance,expected", COMPARE_CASES)
+def test_compare(typed, value, text, error, unit, digits, tolerance, expected):
+    assert compare(typed, Result(value, text, "", error), unit, digits, tolerance) == expected
+
+
+def test_grades_in_order():
+    r = Result(100.0, "100.0 GB")
+    verdicts = [re.split(r"(?:\)|answer): ", compare(x, r, "GB"))[1] for x in ("103", "120", "500", "2000", "-100")]
+    assert verdicts == ["✓ within 5 %.", "≈ within 25 %.", "~ right order of magnitude (within a factor of 10).",
+                        "✗ off by more than a factor of 10.", "✗ off: the sign is wrong."]
+
+
+def test_reveal_says_the_prediction_was_skipped():
+    assert reveal(Result(55.56, "55.6 GB")) == "You skipped the prediction. The library says 55.6 GB."
+    assert reveal(Result(None, "", "", "tp=3 does not divide 4 KV heads")) == \
+        "Not a valid combination: tp=3 does not divide 4 KV heads"
+
+
+# ---------------------------------------------------------------- the base: controls
+def test_auto_inputs():
+    assert auto_input([1, 2, 4], ["1", "2", "4"]) == "slider"
+    assert auto_input([8, 4], ["8", "4"]) == "radio"               # numbers, not increasing
+    assert auto_input(["ring", "naive"], ["ring", "naive"]) == "radio"
+    names = ["qwen3.8-27b", "llama-3.1-70b", "llama-3.1-405b", "deepseek-v3", "llama-3.1-8b", "small-3.7m"]
+    assert auto_input(names, names) == "select"                    # 6 options but 70 characters
+    assert auto_input([True, False], ["True", "False"]) == "radio"  # booleans are not numbers
+    assert auto_input([5], ["5"]) == "radio"
+
+
+def test_controls_texts_labels_and_overrides():
+    w = StaticWidget("w", {"link": ["nvlink", "ib"], "n": [1, 2]}, labels={"n": "N GPUs"},
+                     texts={"link": {"nvlink": "NVLink", "ib": "InfiniBand"}}, inputs={"n": "select"})
+    link, n = w.controls
+    assert (link.texts, link.label, link.input) == (("NVLink", "InfiniBand"), "link", "radio")
+    assert (n.label, n.input, n.default) == ("N GPUs", "select", 1)
+    page = w.controls_html()
+    assert '<label class="mp-option"><input type="radio" name="mp-w-w-link" value="0" checked>NVLink</label>' in page
+    assert '<option value="0" selected>1</option><option value="1">2</option>' in page
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"controls": {"n": []}}, "control 'n' has no values"),
+    ({"controls": {"n": [1, 2, 1]}}, "control 'n' repeats a value: [1, 2, 1]"),
+    ({"controls": {"n": [1, 2]}, "defaults": {"n": 5}}, "default n=5 is not one of n's values"),
+    ({"controls": {"n": [1, 2]}, "defaults": {"m": 1}}, "defaults names 'm', which is not a control (n)"),
+    ({"controls": {"n": [1, 2]}, "labels": {"x": "X"}}, "labels names 'x', which is not a control (n)"),
+    ({"controls": {"n": [1, 2]}, "inputs": {"n": "knob"}}, "inputs['n']='knob' must be one of slider, radio, select"),
+    ({"controls": {"n": [1, 2]}, "depends": {"n": lambda m: [1]}}, "depends['n'] reads 'm', which is not another control"),
+    ({"controls": {"n": [1, 2], "r": [0, 1]}, "depends": {"r": lambda **kw: [0]}}, "name the controls it reads"),
+    ({"controls": {"n": [1, 2], "r": [0, 1]}, "depends": {"r": lambda n: n}}, "must return the allowed values"),
+    ({"controls": {"n": [1, 2], "r": [5, 6]}, "depends": {"r": lambda n: range(n)}}, "no value of r is allowed when n=1"),
+    ({"controls": {"a": [1, 2], "b": [1, 2]}, "depends": {"a": lambda b: [1], "b": lambda a: [1]}}, "depends has a cycle"),
+    ({"controls": {"n": [2, 4], "r": [0, 3]}, "defaults": {"r": 3}, "depends": {"r": lambda n: range(n)}},
+     "default r=3 is not allowed when n=2"),
+    ({"controls": {"a": range(50), "b": range(50)}}, "2,500 control combinations; keep the page small (at most 2,000)"),
+])
+def test_base_validation(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        StaticWidget("w", **kwargs)
+
+
+@pytest.mark.parametrize("bad", ["bad id!", "", "a/b", "x y"])
+def test_ids(bad):
+    with pytest.raises(ValueError, match=re.escape(f"widget id={bad!r} must use letters, digits, '-' or '_'")):
+        StaticWidget(bad, {})
+
+
+def test_dependent_range_tables_and_keys(rank_ex):
+    assert rank_ex.allowed("rank", {"n": 2}) == (0, 1)
+    assert rank_ex.allowed("rank", {"n": 8}) == tuple(range(8))
+    table = rank_ex.table()
+    assert len(table) == 2 + 4 + 8                                  # rank < n only
+    assert "0,2" not in table and table["0,1"].value == 21.0 and table["2,7"].value == 87.0
+    assert rank_ex.key({"n": 4, "rank": 3}) == "1,3"
+    data = _payload(rank_ex.to_html())
+    rank = data["controls"][1]
+    assert rank["parents"] == ["n"] and rank["allow"] == {"0": [0, 1], "1": [0, 1, 2, 3], "2": list(range(8))}
+    assert data["order"] == ["n", "rank"]
+
+
+def test_dependent_slider_html_offers_only_allowed_positions():
+    w = StaticWidget("w", {"n": [2, 4, 8], "rank": list(range(8))}, defaults={"n": 4, "rank": 3},
+                     depends={"rank": lambda n: range(n)})
+    page = w.controls_html()
+    assert 'data-name="rank" min="0" max="3" step="1" value="3">' in page
+    v = StaticWidget("v", {"schedule": ["1f1b", "interleaved"], "v": [1, 2, 4]}, inputs={"v": "radio"},
+                     depends={"v": lambda schedule: [1, 2, 4] if schedule == "interleaved" else [1]})
+    assert 'value="1" disabled>2</label>' in v.controls_html() and 'mp-option mp-disabled' in v.controls_html()
+
+
+def test_chained_dependencies_are_enumerated_in_order():
+    w = StaticWidget("w", {"a": [1, 2], "b": [1, 2, 3], "c": [1, 2, 3, 4]},
+                     depends={"c": lambda b: range(1, b + 2), "b": lambda a: range(1, a + 2)})
+    assert w.order == ("a", "b", "c")
+    assert [tuple(x.values()) for x in w.combinations()] == [
+        (1, 1, 1), (1, 1, 2), (1, 2, 1), (1, 2, 2), (1, 2, 3),
+        (2, 1, 1), (2, 1, 2), (2, 2, 1), (2, 2, 2), (2, 2, 3), (2, 3, 1), (2, 3, 2), (2, 3, 3), (2, 3, 4)]
+    with pytest.raises(ValueError, match="a table over c needs b"):
+        w.combinations(["c"])
+
+
+def test_text_on_picks_the_higher_contrast():
+    assert (text_on("#1f77b4"), text_on("#ff7f0e"), text_on("#000000"), text_on("#ffffff")) == \
+        ("#fff", "#111", "#fff", "#111")
+
+
+# ---------------------------------------------------------------- the exercise: answers
 def test_table_has_every_combination(plan_ex):
     table = plan_ex.table()
     assert set(table) == {f"{i},{j}" for i, j in product(range(4), range(3))}
-    assert len(table) == 12
     valid = 0
     for (i, tp), (j, pp) in product(enumerate([1, 2, 3, 8]), enumerate([1, 2, 4])):
         r = table[f"{i},{j}"]
@@ -53,150 +261,94 @@ def test_table_has_every_combination(plan_ex):
             assert (r.value, r.text, r.explanation, r.error) == (None, "", "", str(exc)), (tp, pp)
             continue
         valid += 1
-        assert r.error is None
-        assert r.value == want
-        assert r.text == f"{want:,.1f} GB"
-        assert r.explanation == f"TP {tp} x PP {pp}"
+        assert (r.error, r.value, r.text, r.explanation) == (None, want, f"{want:,.1f} GB", f"TP {tp} x PP {pp}")
     assert valid == 3 + 3 + 1  # tp 1 and 2 with every pp; tp 8 only with pp 1
 
 
 def test_invalid_combination_carries_the_library_message(plan_ex):
     with pytest.raises(ValueError) as exc:
         Plan.create("qwen3.8-27b", gpus=8, tp=3, pp=2, recompute="full")
-    for j in range(3):
-        r = plan_ex.table()[f"2,{j}"]
-        assert r.value is None and r.text == "" and r.explanation == ""
-        assert r.error is not None and "tp×cp×pp" in r.error
     assert plan_ex.table()["2,1"].error == str(exc.value)
+    assert compare("5", plan_ex.table()["2,1"], "GB") == f"Not a valid combination: {exc.value}"
 
 
 def test_known_values(floor_ex, plan_ex):
-    assert floor_ex.result(n=8).text == "55.6 GB"
-    assert floor_ex.result(n=1).text == "444.5 GB"
-    assert floor_ex.result(n=64).text == "6.9 GB"
+    assert [floor_ex.result(n=n).text for n in (8, 1, 64)] == ["55.6 GB", "444.5 GB", "6.9 GB"]
     assert plan_ex.result(tp=2, pp=4).text == "56.9 GB"  # the lab's TP 2 x PP 4 row
 
 
-def test_no_sliders_and_word_answers():
+def test_non_finite_answer_is_an_error():
+    r = Exercise("inf", "q", lambda: float("inf")).result()
+    assert (r.value, r.error) == (None, "the answer is not a finite number (inf)")
+
+
+def test_no_controls_and_word_answers():
     ex = Exercise("word", "Which link?", lambda: "NVLink")
     assert list(ex.table()) == [""]
-    r = ex.table()[""]
-    assert (r.value, r.text, r.error) == ("NVLink", "NVLink", None)
+    assert ex.table()[""] == Result("NVLink", "NVLink", "", None)
 
 
-def test_constructor_validation():
-    with pytest.raises(ValueError, match="exercise id"):
+def test_exercise_validation():
+    with pytest.raises(ValueError, match=re.escape("exercise id='bad id!' must use")):
         Exercise("bad id!", "q", lambda: 1)
-    with pytest.raises(ValueError, match="slider 'n' has no values"):
-        Exercise("x", "q", lambda n: n, sliders={"n": []})
-    with pytest.raises(ValueError, match="default n=5"):
-        Exercise("x", "q", lambda n: n, sliders={"n": [1, 2]}, defaults={"n": 5})
+    with pytest.raises(ValueError, match="digits=-1 must be an integer from 0 to 12"):
+        Exercise("x", "q", lambda: 1, digits=-1)
+    with pytest.raises(ValueError, match="tolerance=0 must be a fraction between 0 and 1"):
+        Exercise("x", "q", lambda: 1, tolerance=0)
 
 
-# ---------------------------------------------------------------- the static HTML
+def test_feedback_shows_the_worked_answer_only_for_a_read_prediction(floor_ex):
+    assert floor_ex.feedback("", {"n": 8}) == ("Type a prediction first, or press Show me.", "")
+    assert floor_ex.feedback("lots", {"n": 8}) == ("Could not read “lots”: not a number.", "")
+    text, explanation = floor_ex.feedback("50", {"n": 8})
+    assert text == ("Read as 50 GB. The library says 55.6 GB. Your prediction is off by −5.6 GB (−10 %): "
+                    "≈ within 25 %.")
+    assert explanation == "444.5 GB / 8"
+
+
+# ---------------------------------------------------------------- the exercise: static HTML
 def test_html_structure(plan_ex):
     html = plan_ex.to_html()
-    assert html.startswith('<div class="mp-exercise" id="mp-ex-plan-mem"')
-    for cls in ("mp-exercise", "mp-slider", "mp-prediction", "mp-check", "mp-answer", "mp-data", "mp-question"):
-        assert f'class="{cls}"' in html, cls
-    assert html.count('class="mp-slider"') == 2
-    assert 'data-name="tp"' in html and 'data-name="pp"' in html
-    # the defaults: tp -> index 0 (first value), pp -> index 2 (defaults={"pp": 4})
-    assert re.search(r'data-name="tp" min="0" max="3" step="1" value="0"', html)
-    assert re.search(r'data-name="pp" min="0" max="2" step="1" value="2"', html)
-    assert "TP size" in html
-    assert 'document.getElementById("mp-ex-plan-mem")' in html
-    assert "__ID__" not in html
+    assert html.startswith('<div class="mp-widget mp-exercise" id="mp-ex-plan-mem" data-kind="exercise">')
+    for cls in ("mp-slider", "mp-prediction", "mp-answer", "mp-question", "mp-show"):
+        assert re.search(rf'class="([^"]* )?{cls}[ "]', html), cls
+    assert '<button type="button" class="mp-check mp-primary" disabled>Check</button>' in html
+    assert html.count('class="mp-control mp-slider"') == 2
+    assert re.search(r'data-name="tp" min="0" max="3" step="1" value="0">', html)
+    assert re.search(r'data-name="pp" min="0" max="2" step="1" value="2">', html)  # defaults={"pp": 4}
+    assert '<label class="mp-label" for="mp-ex-plan-mem-tp">TP size</label>' in html
+    assert 'window.__meshplan.mount("mp-ex-plan-mem");' in html
+    assert html.count("<script") == 2 and html.count("<style>") == 1
 
 
 def test_html_is_offline(plan_ex, floor_ex):
     for ex in (plan_ex, floor_ex):
         html = ex.to_html()
-        assert not re.search(r"https?://", html)
-        assert "http" not in html
-        assert "<script src" not in html and "<link" not in html
+        assert "http" not in html and "<script src" not in html and "<link" not in html
 
 
 def test_html_payload_holds_the_library_answers(plan_ex):
     data = _payload(plan_ex.to_html())
-    assert data["names"] == ["tp", "pp"]
-    assert data["values"] == {"tp": ["1", "2", "3", "8"], "pp": ["1", "2", "4"]}
+    assert [c["name"] for c in data["controls"]] == ["tp", "pp"]
+    assert [c["texts"] for c in data["controls"]] == [["1", "2", "3", "8"], ["1", "2", "4"]]
     assert (data["digits"], data["unit"], data["tolerance"]) == (1, "GB", 0.05)
     table = plan_ex.table()
-    assert set(data["table"]) == set(table)
-    for key, r in table.items():
-        assert data["table"][key] == {"value": r.value, "text": r.text, "explanation": r.explanation,
-                                      "error": r.error}
+    assert data["table"] == {k: {"value": r.value, "text": r.text, "explanation": r.explanation, "error": r.error}
+                             for k, r in table.items()}
     assert data["table"]["1,2"]["text"] == "56.9 GB"
-    assert "tp×cp×pp" in data["table"]["2,0"]["error"]
 
 
 def test_html_escapes_question_and_script_breakouts():
     ex = Exercise("esc", "Is <b>a</b> & b?", lambda s: s, sliders={"s": ["</script><x>", "ok"]})
     html = ex.to_html()
     assert "Is &lt;b&gt;a&lt;/b&gt; &amp; b?" in html
-    assert "</script><x>" not in html  # neither in the output tag nor in the JSON payload
+    assert "</script><x>" not in html
     data = _payload(html)
-    assert data["values"]["s"] == ["</script><x>", "ok"]
+    assert data["controls"][0]["texts"] == ["</script><x>", "ok"]
     assert data["table"]["0"]["text"] == "</script><x>"
 
 
-# ---------------------------------------------------------------- compare()
-def _r(value, text=None, error=None):
-    return Result(value, text if text is not None else ("" if value is None else f"{value:,.1f} GB"), "", error)
-
-
-def test_compare_no_prediction():
-    assert compare("", _r(55.56), "GB") == "The library says 55.6 GB."
-    assert compare("   ", _r(55.56), "GB") == "The library says 55.6 GB."
-
-
-def test_compare_match_within_tolerance():
-    msg = compare("55.6", _r(55.56), "GB")
-    assert msg == "The library says 55.6 GB. Your prediction is off by +0.0 GB (+0 %): ✓ within 5 %."
-    assert compare("58", _r(55.56), "GB") == \
-        "The library says 55.6 GB. Your prediction is off by +2.4 GB (+4 %): ✓ within 5 %."
-
-
-def test_compare_off_by_minus_ten_percent():
-    msg = compare("90", _r(100.0), "GB")
-    assert msg == "The library says 100.0 GB. Your prediction is off by −10.0 GB (−10 %): ✗ off."
-    assert "−" in msg and "-" not in msg  # the minus sign, not a hyphen
-    assert "%" in msg
-
-
-def test_compare_thousands_separators_and_units():
-    assert compare("3,500", _r(3500.4), "GB") == \
-        "The library says 3,500.4 GB. Your prediction is off by −0.4 GB (−0 %): ✓ within 5 %."
-    assert compare("1200", _r(1000.0), "") == "The library says 1,000.0 GB. Your prediction is off by +200.0 (+20 %): ✗ off."
-
-
-def test_compare_not_a_number():
-    assert compare("lots", _r(55.56), "GB") == \
-        "The library says 55.6 GB. (Type a number to see how far off you were.)"
-
-
-def test_compare_word_answer():
-    r = Result("nvlink", "NVLink")
-    assert compare("NVLINK", r) == "The library says NVLink. ✓ Your prediction matches."
-    assert compare(" infiniband ", r) == "The library says NVLink. ✗ You predicted infiniband."
-
-
-def test_compare_error():
-    r = Result(None, "", "", "tp=3 does not divide 24 attention heads")
-    assert compare("5", r) == "Not a valid plan: tp=3 does not divide 24 attention heads"
-    assert compare("", r) == "Not a valid plan: tp=3 does not divide 24 attention heads"
-
-
-@pytest.mark.parametrize("word", ["nan", "NaN", "inf"])
-def test_compare_non_finite_is_not_a_number(word):
-    """BUG: float() accepts nan/inf, so the live widget prints 'off by −nan GB (−nan %)'; the static page's
-    JavaScript (Number("nan") is NaN) says 'Type a number'. The two must agree."""
-    assert compare(word, _r(55.56), "GB") == \
-        "The library says 55.6 GB. (Type a number to see how far off you were.)"
-
-
-# ---------------------------------------------------------------- mime bundle
+# ---------------------------------------------------------------- mime bundle and live widget
 def test_static_bundle_has_no_widget(monkeypatch, floor_ex):
     monkeypatch.setenv(STATIC_ENV, "1")
     bundle = floor_ex._repr_mimebundle_()
@@ -209,30 +361,103 @@ def test_live_bundle_has_widget_and_html(monkeypatch, floor_ex):
     pytest.importorskip("ipywidgets")
     monkeypatch.delenv(STATIC_ENV, raising=False)
     bundle = floor_ex._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle
-    view = bundle["application/vnd.jupyter.widget-view+json"]
-    assert view["model_id"]
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"]
     assert bundle["text/html"] == floor_ex.to_html()
-    assert bundle["text/plain"] == "Exercise 'floor': Model states per GPU with ZeRO-3?"
 
 
-def test_live_widget_check_uses_compare(monkeypatch, floor_ex):
+def test_live_exercise_check_show_and_enter(floor_ex):
     w = pytest.importorskip("ipywidgets")
     box = floor_ex.live()
     assert isinstance(box, w.VBox)
     _, slider, row, out = box.children
-    pred, button = row.children
+    pred, check, show = row.children
+    assert isinstance(slider, w.SelectionSlider) and [o for o, _ in slider.options] == ["1", "8", "64"]
+    check.click()
+    assert out.value == "<div class='mp-answer'>Type a prediction first, or press Show me.</div>"
     slider.value = 8
-    pred.value = "50"
-    button.click()
-    expected = compare("50", floor_ex.result(n=8), "GB")
-    assert "off by −5.6 GB (−10 %): ✗ off." in expected
-    assert out.value == f"<div class='mp-answer'>{expected}</div>"
-    slider.value = 64  # moving a slider clears the answer
+    pred.value = "50"                                   # Enter (or leaving the box) submits
+    text, explanation = floor_ex.feedback("50", {"n": 8})
+    assert out.value == f"<div class='mp-answer'>{text}<br><span class='mp-explanation'>{explanation}</span></div>"
+    slider.value = 64                                   # moving a control clears the answer
     assert out.value == ""
+    show.click()
+    assert out.value.startswith("<div class='mp-answer'>You skipped the prediction. The library says 6.9 GB.")
 
 
-def test_compare_zero_answer_matched_only_by_zero():
-    zero = Result(0.0, "0.0 %")
-    assert compare("0", zero, "%").endswith(": ✓ within 5 %.")
-    assert compare("1", zero, "%").endswith(": ✗ off.")
+def test_live_invalid_combination_is_flagged_on_move(plan_ex):
+    pytest.importorskip("ipywidgets")
+    _, tp, _pp, row, out = plan_ex.live().children
+    _, check, show = row.children
+    tp.value = 3
+    assert out.value.startswith("<div class='mp-answer mp-invalid'>Not a valid combination: tp×cp×pp")
+    assert check.disabled and show.disabled
+    tp.value = 2
+    assert out.value == "" and not check.disabled
+
+
+def test_live_dependent_range_follows_its_parent(rank_ex):
+    pytest.importorskip("ipywidgets")
+    _, n, rank, _, _ = rank_ex.live().children
+    assert rank.value == 5 and [v for _, v in rank.options] == list(range(8))
+    n.value = 2
+    assert [v for _, v in rank.options] == [0, 1] and rank.value == 1   # the nearest allowed rank
+    n.value = 8
+    assert [v for _, v in rank.options] == list(range(8)) and rank.value == 1
+
+
+# ---------------------------------------------------------------- the checklist
+def _plan_lines(tp, pp, zero_stage, m):
+    """A small plan-design checklist on 8 GPUs of the anchor (40 heads, 64 layers)."""
+    def memory(tp, pp, zero_stage):
+        r = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=tp, pp=pp, zero=zero_stage, recompute="full"))
+        gb = r.memory_bytes["total"] / 1e9
+        return r.fits, f"{gb:,.1f} GB per GPU" + (" fits in 80 GB" if r.fits else " is more than 80 GB")
+
+    return [Check("memory fits", memory),
+            Check("bubble under 20 %", lambda pp, m: ((pp - 1) / m < 0.2, f"(p−1)/m = {(pp - 1) / m:.1%}")),
+            Check("TP inside one node", lambda tp: (tp <= 8, f"TP {tp} of 8 GPUs per node"))]
+
+
+@pytest.fixture
+def plan_ck():
+    return Checklist("plan8", "Pick a plan for the anchor on 8 GPUs", {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8],
+                     "zero_stage": [0, 1, 3], "m": [4, 8, 16]}, _plan_lines(0, 0, 0, 0),
+                     labels={"zero_stage": "ZeRO stage"}, defaults={"zero_stage": 1})
+
+
+def test_checklist_tables_are_per_line(plan_ck):
+    assert [plan_ck.uses(c) for c in plan_ck.checks] == [("tp", "pp", "zero_stage"), ("pp", "m"), ("tp",)]
+    table = plan_ck.table()
+    assert [len(table[c.name]) for c in plan_ck.checks] == [4 * 4 * 3, 4 * 3, 4]
+
+
+def test_checklist_report(plan_ck):
+    r = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=2, pp=4, zero=1, recompute="full"))
+    assert plan_ck.report(tp=2, pp=4, zero_stage=1, m=8) == (
+        "2 of 3 checks pass; failing: bubble under 20 %.\n"
+        f"✓ memory fits: {r.memory_bytes['total'] / 1e9:,.1f} GB per GPU fits in 80 GB\n"
+        "✗ bubble under 20 %: (p−1)/m = 37.5%\n✓ TP inside one node: TP 2 of 8 GPUs per node")
+    line = plan_ck.line(plan_ck.checks[0], tp=8, pp=8, zero_stage=0, m=4)
+    with pytest.raises(ValueError) as exc:
+        Plan.create("qwen3.8-27b", gpus=8, tp=8, pp=8, zero=0, recompute="full")
+    assert (line.ok, line.reason) == (False, str(exc.value))            # the library's reason
+
+
+def test_checklist_payload_and_validation(plan_ck):
+    data = _payload(plan_ck.to_html())
+    assert [c["uses"] for c in data["checks"]] == [["tp", "pp", "zero_stage"], ["pp", "m"], ["tp"]]
+    assert data["checks"][1]["table"]["2,1"] == [False, "(p−1)/m = 37.5%"]
+    with pytest.raises(ValueError, match="check 'x' reads 'dp', which is not a control"):
+        Checklist("c", "q", {"tp": [1]}, [Check("x", lambda dp: (True, ""))])
+    with pytest.raises(ValueError, match="a checklist needs at least one Check"):
+        Checklist("c", "q", {"tp": [1]}, [])
+
+
+def test_checklist_live(plan_ck):
+    pytest.importorskip("ipywidgets")
+    _, tp, pp, _zero_stage, m, button, out = plan_ck.live().children
+    tp.value, pp.value, m.value = 2, 4, 8
+    button.click()
+    assert out.value.startswith("<div>2 of 3 checks pass; failing: bubble under 20 %.</div>")
+    m.value = 16
+    assert out.value == ""

@@ -3,14 +3,16 @@ DP group, each in its own colour, with the link each uses (NVLink inside a node,
 
 Three views of the same ``Mesh``:
 
-* ``DeviceGrid``: sliders for TP, CP, PP (DP follows), the axis order and GPUs per node. In the built book
-  (static HTML, no kernel) the page carries, for every slider combination, what the library computed:
+* ``DeviceGrid`` (a ``widgets.StaticWidget``): sliders for TP, CP, PP (DP follows), radio buttons for the
+  axis order and GPUs per node. In the built book (static HTML, no kernel) the page carries, for every
+  combination of the controls, what the library computed:
   the sizes, the **strides** (``Mesh.strides``), the link of every axis (``Mesh.link``) and, if a model is
   given, the plan's memory and bytes per dimension. Clicking a GPU runs ``group_from_strides`` in
   JavaScript, the same stride arithmetic as ``Mesh.group`` (tested against it for every combination):
   coordinate = ⌊rank ÷ stride⌋ mod size, base = rank − coordinate × stride, members = base + i × stride.
-  Nothing else is derived in the page. In Jupyter ``DeviceGrid`` is a live ipywidget: the groups come
-  from ``Mesh.group`` on every click (``MESHPLAN_STATIC=1`` leaves the live view out, as for exercises).
+  Nothing else is derived in the page. A combination the library rejects is flagged with its message as
+  soon as a control moves there. In Jupyter ``DeviceGrid`` is a live ipywidget: the groups come from
+  ``Mesh.group`` on every click (``MESHPLAN_STATIC=1`` leaves the live view out, as for exercises).
 * ``grid_html(mesh, rank)``: the same picture as plain HTML, groups computed here (the live view's body).
 * ``plot_grid(mesh, rank)``: a matplotlib figure of the same grid (a static picture for the page).
 
@@ -26,18 +28,20 @@ Groups along different axes meet only at the chosen GPU, so every other GPU has 
 from __future__ import annotations
 
 import html
-import json
-from itertools import product
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from .mesh import AXES, DEFAULT_ORDER, Mesh
-from .widgets import static_and_live_bundle
+from .widgets.base import LiveControls, StaticWidget, text_on
 
 AXIS_COLOURS = {"tp": "#1f77b4", "cp": "#2ca02c", "pp": "#ff7f0e", "dp": "#9467bd"}
 AXIS_NAMES = {"tp": "TP group", "cp": "CP group", "pp": "pipeline (PP)", "dp": "DP group"}
 LINK_NAMES = {"nvlink": "NVLink", "infiniband": "InfiniBand", None: "none"}
 ORDERS = ("tp-cp-pp-dp", "tp-cp-dp-pp", "dp-pp-cp-tp")
 MAX_COMBINATIONS = 400
+
+
+AXIS_TEXT = {a: text_on(c) for a, c in AXIS_COLOURS.items()}
 
 
 def group_from_strides(rank: int, size: int, stride: int) -> tuple[int, ...]:
@@ -68,6 +72,9 @@ def combination(gpus: int, tp: int, cp: int, pp: int, order: str = DEFAULT_ORDER
 
 
 def _plan_summary(model, gpus, tp, cp, pp, order, gpn, plan_kw) -> str:
+    """One line: the plan's memory per GPU and bytes per GPU per step by dimension, with links.
+
+    Seam: ``DeviceGrid.entry`` calls this one function; it becomes the shared report formatter (issue 9)."""
     from .plan import DIMS, Plan, evaluate
     from .units import fmt_gb, fmt_pct
     r = evaluate(Plan.create(model, gpus=gpus, tp=tp, cp=cp, pp=pp, order=order, gpus_per_node=gpn, **plan_kw))
@@ -81,39 +88,39 @@ def _plan_summary(model, gpus, tp, cp, pp, order, gpn, plan_kw) -> str:
             f"bytes per GPU per step: {comm}{bubble}")
 
 
-class DeviceGrid:
-    """A clickable grid of ``gpus`` GPUs with sliders for TP, CP, PP, the axis order and GPUs per node.
+class DeviceGrid(StaticWidget):
+    """A clickable grid of ``gpus`` GPUs with controls for TP, CP, PP, the axis order and GPUs per node.
 
     Args:
         id: a short unique id for the page.
         gpus: world size (up to a few thousand; drawn readably up to at least 1,024).
-        tp, cp, pp, orders, gpus_per_node: the values each slider offers.
-        defaults: slider name → starting value; ``rank``: the GPU selected at first.
+        tp, cp, pp, orders, gpus_per_node: the values each control offers.
+        defaults: control name → starting value; ``rank``: the GPU selected at first.
         model: optional model name; each combination then shows that plan's memory and traffic,
             evaluated with ``plan_kw`` (e.g. ``zero=1, recompute="full"``).
+
+    An invalid combination (tp × cp × pp does not divide the GPUs, or the model rejects the plan) is flagged
+    with the library's message as soon as a control moves there; the last valid drawing stays, dimmed.
     """
+
+    kind = "grid"
+    what = "grid"
+    id_prefix = "mp-grid-"
+    max_combinations = MAX_COMBINATIONS
+    LABELS: ClassVar[dict[str, str]] = {"tp": "TP", "cp": "CP", "pp": "PP", "order": "axis order (inner → outer)",
+              "gpus_per_node": "GPUs per node"}
 
     def __init__(self, id: str, gpus: int, tp: Sequence[int] = (1, 2, 4, 8), cp: Sequence[int] = (1, 2, 4, 8),
                  pp: Sequence[int] = (1, 2, 4, 8), orders: Sequence[str] = ORDERS,
                  gpus_per_node: Sequence[int] = (8, 4), defaults: Mapping | None = None, rank: int = 0,
                  model: str | None = None, plan_kw: Mapping | None = None):
-        if not id.replace("-", "").replace("_", "").isalnum():
-            raise ValueError(f"grid id={id!r} must use letters, digits, '-' or '_'")
-        self.id, self.gpus, self.model, self.plan_kw = id, gpus, model, dict(plan_kw or {})
-        self.sliders = {"tp": list(tp), "cp": list(cp), "pp": list(pp), "order": list(orders),
-                        "gpus_per_node": list(gpus_per_node)}
-        n = 1
-        for vals in self.sliders.values():
-            n *= len(vals)
-        if n > MAX_COMBINATIONS:
-            raise ValueError(f"{n} slider combinations; keep the page small (at most {MAX_COMBINATIONS})")
-        self.defaults = {k: (defaults or {}).get(k, v[0]) for k, v in self.sliders.items()}
-        for k, v in self.defaults.items():
-            if v not in self.sliders[k]:
-                raise ValueError(f"default {k}={v!r} is not one of the slider's values")
-        if not 0 <= rank < gpus:
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise ValueError(f"gpus={gpus!r} must be a positive integer")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < gpus:
             raise ValueError(f"rank={rank} is not in 0..{gpus - 1}")
-        self.rank = rank
+        self.gpus, self.rank, self.model, self.plan_kw = gpus, rank, model, dict(plan_kw or {})
+        super().__init__(id, {"tp": tp, "cp": cp, "pp": pp, "order": orders, "gpus_per_node": gpus_per_node},
+                         labels=self.LABELS, defaults=defaults)
 
     # ------------------------------------------------------------------ the library's values
     def entry(self, tp, cp, pp, order, gpus_per_node) -> dict:
@@ -130,84 +137,52 @@ class DeviceGrid:
                 out["summary"] = f"Not a valid plan for {self.model}: {exc}"
         return out
 
-    def table(self) -> dict[str, dict]:
-        """Every combination, keyed by slider indices joined with commas (as ``widgets.Exercise``)."""
-        names = list(self.sliders)
-        return {",".join(map(str, idx)): self.entry(**{n: self.sliders[n][i] for n, i in zip(names, idx)})
-                for idx in product(*(range(len(self.sliders[n])) for n in names))}
-
     def mesh(self, tp, cp, pp, order, gpus_per_node) -> Mesh:
         c = combination(self.gpus, tp, cp, pp, order, gpus_per_node)
         return Mesh(c["sizes"], order, gpus_per_node)
 
     # ------------------------------------------------------------------ static HTML
-    def to_html(self) -> str:
-        esc = html.escape
-        names = list(self.sliders)
-        labels = {"tp": "TP", "cp": "CP", "pp": "PP", "order": "axis order (inner → outer)",
-                  "gpus_per_node": "GPUs per node"}
-        data = {"gpus": self.gpus, "rank": self.rank, "names": names,
-                "values": {n: [str(v) for v in self.sliders[n]] for n in names}, "table": self.table(),
-                "colours": AXIS_COLOURS, "axisNames": AXIS_NAMES, "linkNames": {"nvlink": "NVLink",
-                                                                                 "infiniband": "InfiniBand"}}
-        rows = []
-        for n in names:
-            vals = self.sliders[n]
-            i = vals.index(self.defaults[n])
-            rows.append(f'<label class="mp-slider-row">{esc(labels[n])} <input type="range" class="mp-slider" '
-                        f'data-name="{n}" min="0" max="{len(vals) - 1}" step="1" value="{i}" '
-                        f'aria-label="{esc(labels[n])}"> <output class="mp-value">{esc(str(vals[i]))}</output>'
-                        f'</label>')
-        payload = json.dumps(data, sort_keys=True, ensure_ascii=True, separators=(",", ":")).replace("</", "<\\/")
-        legend = "".join(
-            f'<div class="mp-legend-row" data-axis="{a}"><span style="display:inline-block;width:0.9em;'
-            f'height:0.9em;background:{AXIS_COLOURS[a]};margin-right:0.3em"></span><b>{AXIS_NAMES[a]}</b> '
-            f'<span class="mp-size"></span> · <span class="mp-link"></span> · '
-            f'<span class="mp-members"></span></div>' for a in AXES)
-        return (f'<div class="mp-grid" id="mp-grid-{self.id}" style="border:1px solid #ccc;border-radius:6px;'
-                f'padding:0.6em 1em;margin:0.8em 0">\n'
-                f'<p><strong>Device grid, {self.gpus:,} GPUs.</strong> Click a GPU: its TP group, CP group, '
-                f'pipeline and DP group light up, each in its own colour. DP = GPUs ÷ (TP × CP × PP).</p>\n'
-                + "".join(r + "<br>\n" for r in rows)
-                + '<div class="mp-grid-error" style="color:#b00"></div>\n'
-                  '<div class="mp-grid-summary" style="margin:0.3em 0"></div>\n'
-                  '<div class="mp-grid-selected" style="margin:0.3em 0"></div>\n'
-                  f'<div class="mp-grid-legend">{legend}</div>\n'
-                  '<div class="mp-grid-nodes" style="display:flex;flex-wrap:wrap;gap:4px;margin-top:0.5em"></div>\n'
-                  f'<script type="application/json" class="mp-grid-data">{payload}</script>\n'
-                  f'<script>{_JS.replace("__ID__", "mp-grid-" + self.id)}</script>\n</div>')
+    def payload(self) -> dict[str, Any]:
+        return {**super().payload(), "gpus": self.gpus, "rank": self.rank, "colours": AXIS_COLOURS,
+                "textColours": AXIS_TEXT, "axisNames": AXIS_NAMES,
+                "linkNames": {k: v for k, v in LINK_NAMES.items() if k is not None}}
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        return static_and_live_bundle(f"DeviceGrid {self.id!r}: {self.gpus} GPUs", self.to_html(), self.live)
+    def header_html(self) -> str:
+        return (f"<p><strong>Device grid, {self.gpus:,} GPUs.</strong> Click a GPU: its TP group, CP group, "
+                f"pipeline and DP group light up, each in its own colour. DP = GPUs ÷ (TP × CP × PP).</p>")
+
+    def body_html(self) -> str:
+        legend = "".join(
+            f'<div class="mp-legend-row" data-axis="{a}"><span class="mp-swatch" style="background:'
+            f'{AXIS_COLOURS[a]}"></span><b>{AXIS_NAMES[a]}</b> <span class="mp-size"></span> · '
+            f'<span class="mp-link"></span> · <span class="mp-members"></span></div>' for a in AXES)
+        return ('<div class="mp-status" aria-live="polite"></div>'
+                '<div class="mp-grid-summary"></div><div class="mp-grid-selected"></div>'
+                f'<div class="mp-grid-legend">{legend}</div><div class="mp-grid-nodes"></div>')
+
+    def text_plain(self) -> str:
+        return f"DeviceGrid {self.id!r}: {self.gpus} GPUs"
 
     # ------------------------------------------------------------------ live widget
-    def live(self):
-        """The live ipywidget: sliders, a GPU selector (clickable buttons up to 128 GPUs) and the grid
-        drawn by ``grid_html`` with groups from ``Mesh.group`` (None without ipywidgets)."""
-        try:
-            import ipywidgets as w
-        except ImportError:  # pragma: no cover
-            return None
-        sl = {n: w.SelectionSlider(options=[(str(v), v) for v in vals], value=self.defaults[n], description=n,
-                                   continuous_update=False, style={"description_width": "initial"})
-              for n, vals in self.sliders.items()}
+    def live_view(self, controls: LiveControls):
+        """The controls, a GPU selector (clickable buttons up to 128 GPUs) and the grid drawn by ``grid_html``
+        with groups from ``Mesh.group``."""
+        import ipywidgets as w
+
         gpu = w.BoundedIntText(value=self.rank, min=0, max=self.gpus - 1, description="GPU")
         out = w.HTML()
 
-        def redraw(_=None):
-            values = {n: s.value for n, s in sl.items()}
+        def redraw() -> None:
+            values = controls.values()
             e = self.entry(**values)
             if "error" in e:
-                out.value = f"<div class='mp-grid-error'>{html.escape(e['error'])}</div>"
+                out.value = f"<div class='mp-invalid'>Not a valid mesh: {html.escape(e['error'])}</div>"
                 return
             body = grid_html(self.mesh(**values), gpu.value)
-            if "summary" in e:
-                body = f"<div>{html.escape(e['summary'])}</div>" + body
-            out.value = body
+            out.value = (f"<div>{html.escape(e['summary'])}</div>" if "summary" in e else "") + body
 
-        for s in sl.values():
-            s.observe(redraw, names="value")
-        gpu.observe(redraw, names="value")
+        controls.observe(redraw)
+        gpu.observe(lambda _: redraw(), names="value")
         extra = []
         if self.gpus <= 128:
             buttons = []
@@ -218,7 +193,50 @@ class DeviceGrid:
             extra = [w.HTML("click a GPU:"), w.GridBox(buttons, layout=w.Layout(
                 grid_template_columns=f"repeat({min(self.gpus, 16)}, 44px)"))]
         redraw()
-        return w.VBox([*sl.values(), gpu, *extra, out])
+        return w.VBox([*controls.widgets.values(), gpu, *extra, out])
+
+    css = (".mp-grid .mp-grid-nodes{display:flex;flex-wrap:wrap;gap:4px;margin-top:.5em}"
+           ".mp-grid .mp-node{display:flex;gap:1px;border:1px solid var(--mp-border);padding:1px;border-radius:3px}"
+           ".mp-grid .mp-gpu{padding:0;border:0;border-radius:2px;margin:0;text-align:center;cursor:pointer;"
+           "font:inherit;font-variant-numeric:tabular-nums;background:var(--mp-surface);color:var(--mp-fg)}"
+           ".mp-grid .mp-gpu[data-selected]{outline:2px solid var(--mp-fg);outline-offset:-2px}"
+           ".mp-grid .mp-grid-summary,.mp-grid .mp-grid-selected{margin:.3em 0}"
+           ".mp-grid .mp-status{min-height:1.5em}@media (max-width:560px){.mp-grid .mp-status{min-height:3em}}")
+
+    # The page's script: draws the nodes, applies the library's strides (group_from_strides) on click.
+    script = r"""
+function(root,data,ui){
+  var AX=["tp","cp","pp","dp"],box=root.querySelector(".mp-grid-nodes"),status=root.querySelector(".mp-status"),
+      legend=root.querySelector(".mp-grid-legend"),summary=root.querySelector(".mp-grid-summary"),
+      sel=root.querySelector(".mp-grid-selected"),rank=data.rank,cells=[];
+  function group(r,size,stride){var c=Math.floor(r/stride)%size,b=r-c*stride,o=[];for(var i=0;i<size;i++)o.push(b+i*stride);return o;}
+  function members(g){return g.length<=16?g.join(", "):g.slice(0,16).join(", ")+", \u2026 ("+g.length+" GPUs)";}
+  function stale(on){[box,legend,summary,sel].forEach(function(el){el.classList.toggle("mp-stale",on);});}
+  function update(){var e=data.table[ui.key()];
+    if(e.error){status.textContent="Not a valid mesh: "+e.error;status.className="mp-status mp-invalid";stale(true);return;}
+    status.textContent="";status.className="mp-status";stale(false);summary.textContent=e.summary||"";draw(e);}
+  function draw(e){box.textContent="";cells=[];var n=data.gpus,g=e.gpn,cs=n<=64?32:(n<=256?26:10),fs=n<=64?12:11;
+    for(var s=0;s<n;s+=g){var nd=document.createElement("div");nd.className="mp-node";
+      for(var r=s;r<Math.min(s+g,n);r++){var c=document.createElement("button");c.type="button";c.className="mp-gpu";
+        c.setAttribute("data-rank",r);c.title="GPU "+r+", node "+Math.floor(r/g);c.textContent=n<=256?r:"";
+        c.style.width=c.style.height=c.style.lineHeight=cs+"px";c.style.fontSize=fs+"px";
+        c.addEventListener("click",function(ev){rank=+ev.currentTarget.getAttribute("data-rank");paint(data.table[ui.key()]);});
+        nd.appendChild(c);cells.push(c);}
+      box.appendChild(nd);}
+    if(rank>=n)rank=0;paint(e);}
+  function paint(e){if(e.error)return;
+    cells.forEach(function(c){c.style.background="";c.style.color="";c.removeAttribute("data-group");c.removeAttribute("data-selected");});
+    AX.forEach(function(a){var gr=group(rank,e.sizes[a],e.strides[a]);
+      gr.forEach(function(r){if(r!==rank){var c=cells[r];c.style.background=data.colours[a];c.style.color=data.textColours[a];c.setAttribute("data-group",a);}});
+      var row=root.querySelector('.mp-legend-row[data-axis="'+a+'"]');
+      row.querySelector(".mp-size").textContent="size "+e.sizes[a];
+      row.querySelector(".mp-link").textContent=e.links[a]?data.linkNames[e.links[a]]:"no traffic";
+      row.querySelector(".mp-members").textContent=members(gr);});
+    cells[rank].setAttribute("data-selected","1");
+    sel.textContent="GPU "+rank+" on node "+Math.floor(rank/e.gpn);}
+  ui.onChange(update);update();
+}
+"""
 
 
 def grid_html(mesh: Mesh, rank: int) -> str:
@@ -229,13 +247,14 @@ def grid_html(mesh: Mesh, rank: int) -> str:
             if r != rank:
                 colour[r] = AXIS_COLOURS[a]
     n, g = mesh.world_size, mesh.gpus_per_node
-    cell = 30 if n <= 64 else (18 if n <= 256 else 9)
+    cell, font = (32, 12) if n <= 64 else ((26, 11) if n <= 256 else (10, 11))
+    text = {r: AXIS_TEXT[a] for a in AXES for r in mesh.group(rank, a) if r != rank}
     nodes = []
     for start in range(0, n, g):
         cells = "".join(
-            f'<div title="GPU {r}" style="width:{cell}px;height:{cell}px;font-size:{max(cell // 3, 6)}px;'
-            f'line-height:{cell}px;text-align:center;background:{colour.get(r, "#eee")};'
-            f'{"outline:2px solid #000;" if r == rank else ""}color:{"#fff" if r in colour else "#333"}">'
+            f'<div title="GPU {r}" style="width:{cell}px;height:{cell}px;font-size:{font}px;'
+            f'line-height:{cell}px;text-align:center;background:{colour.get(r, "#eceef1")};'
+            f'{"outline:2px solid #111;outline-offset:-2px;" if r == rank else ""}color:{text.get(r, "#222")}">'
             f'{r if n <= 256 else ""}</div>' for r in range(start, min(start + g, n)))
         nodes.append(f'<div style="display:flex;gap:1px;border:1px solid #888;padding:1px">{cells}</div>')
     legend = "".join(
@@ -255,29 +274,36 @@ def _members(group: Sequence[int], limit: int = 16) -> str:
 def plot_grid(mesh: Mesh, rank: int = 0, ax=None, title: str | None = None, axes: Sequence[str] = AXES,
               highlight: Mapping[str, Sequence[int]] | None = None):
     """A matplotlib picture of the grid: one square per GPU, nodes as framed rows, the groups of ``rank``
-    along ``axes`` coloured (``highlight`` adds named groups, e.g. an EP group, in grey-blue). Returns the
-    figure."""
+    along ``axes`` coloured (``highlight`` adds named groups, e.g. an EP group, in cyan), the legend below.
+    At most 7.2 inches wide (shown unscaled in the book's column) with text of at least 9 pt; GPU numbers up
+    to 64 GPUs (32 to a row), 64 GPUs to a row beyond. Returns the figure."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch, Rectangle
 
     n, g = mesh.world_size, mesh.gpus_per_node
     n_nodes = -(-n // g)
-    per_row = max(1, min(n_nodes, 64 // g))
+    numbers = n <= 64
+    per_row = max(1, min(n_nodes, (32 if numbers else 64) // g))
     rows = -(-n_nodes // per_row)
+    handles = [Patch(color=AXIS_COLOURS[a], label=f"{AXIS_NAMES[a]} ({mesh.size(a)}, {LINK_NAMES[mesh.link(a)]})")
+               for a in axes if mesh.size(a) > 1]
+    extra = {"ep": "#17becf"}
+    handles += [Patch(color=extra.get(k, "#17becf"), label=f"{k.upper()} group ({len(v)})")
+                for k, v in (highlight or {}).items()]
     if ax is None:
         width_units = per_row * (g + 0.6)
-        scale = min(9.0 / width_units, 0.35)
-        fig, ax = plt.subplots(figsize=(width_units * scale + 3.2, rows * 1.5 * scale + 1.0))
+        scale = min(6.8 / width_units, 0.35)
+        fig, ax = plt.subplots(figsize=(width_units * scale + 0.4, rows * 1.5 * scale + 0.8 + 0.25 * len(handles)))
     fig = ax.figure
-    colour = {}
-    extra = {"ep": "#17becf"}
+    colour, text = {}, {}
     for name, members in (highlight or {}).items():
         for r in members:
             colour[r] = extra.get(name, "#17becf")
+            text[r] = text_on(colour[r])
     for a in axes:
         for r in mesh.group(rank, a):
             if r != rank:
-                colour[r] = AXIS_COLOURS[a]
+                colour[r], text[r] = AXIS_COLOURS[a], AXIS_TEXT[a]
     for node in range(n_nodes):
         row, col = divmod(node, per_row)
         x0, y0 = col * (g + 0.6), -row * 1.5
@@ -286,61 +312,17 @@ def plot_grid(mesh: Mesh, rank: int = 0, ax=None, title: str | None = None, axes
             r = node * g + i
             ax.add_patch(Rectangle((x0 + i, y0), 0.9, 1.0, color=colour.get(r, "#e6e6e6"),
                                    ec="black" if r == rank else None, lw=1.5 if r == rank else 0))
-            if n <= 64:
-                ax.text(x0 + i + 0.45, y0 + 0.5, str(r), ha="center", va="center", fontsize=7,
-                        color="white" if r in colour else "#333")
+            if numbers:
+                ax.text(x0 + i + 0.45, y0 + 0.5, str(r), ha="center", va="center", fontsize=9,
+                        color=text.get(r, "#222"))
     ax.set_xlim(-0.5, per_row * (g + 0.6))
     ax.set_ylim(-(rows - 1) * 1.5 - 0.5, 1.5)
     ax.set_aspect("equal")
     ax.axis("off")
-    handles = [Patch(color=AXIS_COLOURS[a], label=f"{AXIS_NAMES[a]} ({mesh.size(a)}, {LINK_NAMES[mesh.link(a)]})")
-               for a in axes if mesh.size(a) > 1]
-    handles += [Patch(color=extra.get(k, "#17becf"), label=f"{k.upper()} group ({len(v)})")
-                for k, v in (highlight or {}).items()]
     if handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.set_title(title or f"{n:,} GPUs, {g} per node, order {mesh.order}: the groups of GPU {rank}", fontsize=10)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=10, frameon=False,
+                  ncol=1 if len(handles) > 2 or per_row * g < 16 else 2, borderaxespad=0.2)
+    ax.set_title(title or f"{n:,} GPUs, {g} per node, order {mesh.order}: the groups of GPU {rank}", fontsize=11,
+                 loc="left")
     fig.tight_layout()
     return fig
-
-
-# The page's script: draws the nodes, applies the library's strides (group_from_strides) on click.
-_JS = r"""
-(function(){
-var root=document.getElementById("__ID__");if(!root)return;
-var D=JSON.parse(root.querySelector(".mp-grid-data").textContent),AX=["tp","cp","pp","dp"];
-var sliders=root.querySelectorAll(".mp-slider"),box=root.querySelector(".mp-grid-nodes"),rank=D.rank,cells=[];
-function key(){var k=[];for(var i=0;i<sliders.length;i++)k.push(sliders[i].value);return k.join(",");}
-function group(r,size,stride){var c=Math.floor(r/stride)%size,b=r-c*stride,o=[];for(var i=0;i<size;i++)o.push(b+i*stride);return o;}
-function members(g){return g.length<=16?g.join(", "):g.slice(0,16).join(", ")+", \u2026 ("+g.length+" GPUs)";}
-function draw(){
-  var e=D.table[key()];box.innerHTML="";cells=[];
-  root.querySelector(".mp-grid-error").textContent=e.error?("Not a valid mesh: "+e.error):"";
-  root.querySelector(".mp-grid-summary").textContent=e.summary||"";
-  root.querySelector(".mp-grid-legend").style.display=e.error?"none":"";
-  if(e.error){root.querySelector(".mp-grid-selected").textContent="";return;}
-  var n=D.gpus,g=e.gpn,cs=n<=64?30:(n<=256?18:9);
-  for(var s=0;s<n;s+=g){var nd=document.createElement("div");nd.className="mp-node";
-    nd.style.cssText="display:flex;gap:1px;border:1px solid #888;padding:1px";
-    for(var r=s;r<Math.min(s+g,n);r++){var c=document.createElement("div");c.className="mp-gpu";c.dataset.rank=r;
-      c.title="GPU "+r+", node "+Math.floor(r/g);c.textContent=n<=256?r:"";
-      c.style.cssText="width:"+cs+"px;height:"+cs+"px;font-size:"+Math.max(Math.floor(cs/3),6)+"px;line-height:"+cs+"px;text-align:center;cursor:pointer;background:#eee;color:#333";
-      c.addEventListener("click",function(ev){rank=+ev.currentTarget.dataset.rank;paint();});nd.appendChild(c);cells.push(c);}
-    box.appendChild(nd);}
-  if(rank>=n)rank=0;paint();}
-function paint(){
-  var e=D.table[key()];if(e.error)return;
-  cells.forEach(function(c){c.style.background="#eee";c.style.color="#333";c.style.outline="";delete c.dataset.group;c.removeAttribute("data-selected");});
-  AX.forEach(function(a){var gr=group(rank,e.sizes[a],e.strides[a]);
-    gr.forEach(function(r){if(r!==rank){cells[r].style.background=D.colours[a];cells[r].style.color="#fff";cells[r].dataset.group=a;}});
-    var row=root.querySelector('.mp-legend-row[data-axis="'+a+'"]');
-    row.querySelector(".mp-size").textContent="size "+e.sizes[a];
-    row.querySelector(".mp-link").textContent=e.links[a]?D.linkNames[e.links[a]]:"no traffic";
-    row.querySelector(".mp-members").textContent=members(gr);});
-  cells[rank].style.outline="2px solid #000";cells[rank].dataset.selected="1";
-  root.querySelector(".mp-grid-selected").textContent="GPU "+rank+" on node "+Math.floor(rank/e.gpn);}
-sliders.forEach(function(s){s.addEventListener("input",function(){
-  s.parentNode.querySelector(".mp-value").textContent=D.values[s.dataset.name][+s.value];draw();});});
-draw();
-})();
-"""
