@@ -17,6 +17,7 @@ import sys
 from typing import Callable, Sequence
 
 from .dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
+from .accounting import LEDGERS
 from .hardware import available_hardware, load_hardware
 from .plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
 from .reporting import format_report
@@ -87,6 +88,12 @@ def _hardware(text: str) -> str:
     return text
 
 
+def _accounting_option(p: argparse.ArgumentParser, default: str | None = "lab") -> None:
+    p.add_argument("--accounting", choices=LEDGERS, default=default,
+                   help="bookkeeping convention: lab (the lab page's, default), megatron, fsdp2 or deepspeed (what the "
+                        "engine allocates and sends)")
+
+
 def _machine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hardware", type=_hardware, default=None,
                    help=f"a preset ({', '.join(available_hardware()) or 'lab'}) or a path; default: lab, the lab "
@@ -123,6 +130,7 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
     p.add_argument("--uneven-stages", action="store_true",
                    help="when pp does not divide the layers, give the first and last stages fewer "
                         "(Llama 3's 126 layers on PP 16: 7, 8, ..., 8, 7)")
+    _accounting_option(p, default=None)
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
@@ -135,6 +143,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         gpus_per_node=args.gpus_per_node,
         gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
         sp=False if args.no_sp else None, stage_balance=args.stage_balance, uneven_stages=args.uneven_stages,
+        accounting=args.accounting or "lab",
     )
 
 
@@ -152,7 +161,7 @@ def _search(args) -> int:
     result = search(args.model, args.gpus, args.seq, args.global_batch, hardware=args.hardware,
                     gpus_per_node=args.gpus_per_node,
                     gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
-                    order=args.order)
+                    order=args.order, accounting=args.accounting)
     if args.json:
         _print(json.dumps([c.to_dict(i) for i, c in enumerate(result.ranked[:args.top], 1)]))
     else:
@@ -171,14 +180,17 @@ def _add_search(sub) -> None:
                    help="sequences per step")
     p.add_argument("--top", type=_int("top", 10**6), default=10)
     p.add_argument("--order", type=_order, default=DEFAULT_ORDER)
+    _accounting_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of the top plan reports")
     p.set_defaults(run=_search)
 
 
 # ---------------------------------------------------------------- export
 def _export(args) -> int:
-    from .export import export_text
+    from .export import ENGINE_LEDGER, export_text
 
+    if args.accounting is None:  # an export is priced in its engine's own ledger
+        args.accounting = ENGINE_LEDGER[args.format]
     text = export_text(plan_from_args(args), args.format)
     _print(text.rstrip("\n"))
     return 0

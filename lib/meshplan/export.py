@@ -42,6 +42,7 @@ from .plan import Plan
 
 ENGINES_DIR = DATA_DIR / "engines"
 FORMATS = ("megatron", "torchtitan")
+ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2"}  # the ledger each export is priced in
 
 
 @lru_cache(maxsize=None)
@@ -208,10 +209,25 @@ def toml(settings: dict, notes=()) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def price_note(plan: Plan) -> str:
+    """One line: the plan's memory per GPU in its own ledger, and whether it fits (``plan.accounting``)."""
+    from .plan import evaluate
+    from .units import fmt_gb
+
+    r = evaluate(plan)
+    verdict = "fits" if r.fits else "does NOT fit"
+    return (f"memory per GPU in the {plan.accounting.name} ledger: {fmt_gb(r.memory_bytes['total'])} "
+            f"({fmt_gb(r.memory_bytes['model_states'])} model states + {fmt_gb(r.memory_bytes['activations'])} "
+            f"activations), {verdict} in {fmt_gb(plan.gpu_memory_bytes, 0)}")
+
+
 def export_text(plan: Plan, fmt: str) -> str:
-    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another)."""
+    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another), headed by its price
+    in the plan's ledger (the command line prices a Megatron-LM export in the ``megatron`` ledger and a torchtitan
+    one in ``fsdp2``, ``ENGINE_LEDGER``)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
+    price = f"# {price_note(plan)}\n"
     if fmt == "megatron":
-        return megatron(plan).command()
-    if fmt == "torchtitan":
-        return toml(*torchtitan(plan))
-    raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
+        return price + megatron(plan).command()
+    return price + toml(*torchtitan(plan))

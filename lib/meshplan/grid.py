@@ -31,7 +31,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from .mesh import AXES, DEFAULT_ORDER, Mesh
+from .mesh import AXES, DEFAULT_ORDER, Mesh, check_nodes
+from .dims import ParallelDims
 from .widgets.base import LiveControls, StaticWidget, text_on
 
 AXIS_COLOURS = {"tp": "#1f77b4", "cp": "#2ca02c", "pp": "#ff7f0e", "dp": "#9467bd"}
@@ -61,31 +62,20 @@ def combination(gpus: int, tp: int, cp: int, pp: int, order: str = DEFAULT_ORDER
                 ep: int = 1) -> dict:
     """What the page carries for one slider combination: sizes, strides and links (ValueError if the mesh
     is invalid: tp × cp × pp must divide gpus, gpus_per_node must divide gpus beyond one node)."""
-    inner = tp * cp * pp
-    if gpus % inner:
-        raise ValueError(f"tp×cp×pp = {tp}×{cp}×{pp} = {inner} does not divide gpus={gpus}")
-    if gpus > gpus_per_node and gpus % gpus_per_node:
-        raise ValueError(f"gpus_per_node={gpus_per_node} does not divide gpus={gpus}")
-    mesh = Mesh({"tp": tp, "cp": cp, "pp": pp, "dp": gpus // inner}, order, gpus_per_node, ep)
+    dims = ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp, ep=ep, order=order)   # the one validation of a shape
+    check_nodes(gpus, gpus_per_node)
+    mesh = Mesh.from_dims(dims, gpus_per_node)
     return {"sizes": {a: mesh.sizes[a] for a in AXES}, "strides": dict(mesh.strides),
             "links": {a: mesh.link(a) for a in AXES}, "gpn": gpus_per_node}
 
 
 def _plan_summary(model, gpus, tp, cp, pp, order, gpn, plan_kw) -> str:
-    """One line: the plan's memory per GPU and bytes per GPU per step by dimension, with links.
-
-    Seam: ``DeviceGrid.entry`` calls this one function; it becomes the shared report formatter (issue 9)."""
-    from .plan import DIMS, Plan, evaluate
-    from .units import fmt_gb, fmt_pct
-    r = evaluate(Plan.create(model, gpus=gpus, tp=tp, cp=cp, pp=pp, order=order, gpus_per_node=gpn, **plan_kw))
-    mem = r.memory_bytes
-    comm = " · ".join(f"{d.upper()} {fmt_gb(r.comm_bytes_per_step[d])} ({LINK_NAMES[r.link[d]]})"
-                      for d in DIMS if r.link[d]) or "none"
-    bubble = f"; bubble (p−1)/(m·v) {fmt_pct(r.bubble)}" if r.plan.pp > 1 else ""
-    return (f"{r.plan.model.name}: per GPU {fmt_gb(mem['model_states'])} model states + "
-            f"{fmt_gb(mem['activations'])} activations = {fmt_gb(mem['total'])} "
-            f"({'fits' if r.fits else 'does not fit'} in {fmt_gb(r.plan.gpu_memory_bytes, 0)}); "
-            f"bytes per GPU per step: {comm}{bubble}")
+    """One line: the plan's memory per GPU and bytes per GPU per step by dimension, with links
+    (``reporting.summary_line``, the formatter the command line and the book use)."""
+    from .plan import Plan, evaluate
+    from .reporting import summary_line
+    return summary_line(evaluate(Plan.create(model, gpus=gpus, tp=tp, cp=cp, pp=pp, order=order, gpus_per_node=gpn,
+                                             **plan_kw)))
 
 
 class DeviceGrid(StaticWidget):
