@@ -50,6 +50,15 @@ book: venv
 test: venv chromium book
 	$(VENV_BIN)/python -m pytest
 
+# Take the course in JupyterLab: every exercise is a live widget that calls the library as you move it.
+# Serves this folder on 127.0.0.1 and opens chapter 1 in your browser (the other chapters are in notebooks/).
+# More options through LAB_ARGS, e.g. `make lab LAB_ARGS="--no-browser --port=8899"`. (As root, in a container,
+# JupyterLab refuses to start without --allow-root.)
+.PHONY: lab
+lab: venv
+	env -u MESHPLAN_STATIC $(VENV_BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/01_one_gpu.ipynb $(LAB_ARGS)
+
 clean:
 	rm -rf _build .pytest_cache .hypothesis
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

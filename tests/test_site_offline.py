@@ -7,6 +7,7 @@ Runs after `make book` (which `make test` does first); skips if _build/html is m
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from html.parser import HTMLParser
@@ -15,8 +16,11 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-SITE = Path(__file__).resolve().parents[1] / "_build" / "html"
-MATHJAX_ENTRY = SITE / "_static" / "mathjax" / "tex-chtml.js"
+SITE = Path(os.environ.get("COURSE_SITE_DIR", Path(__file__).resolve().parents[1] / "_build" / "html"))
+# book/_templates/layout.html loads MathJax's loader, which loads the components named in the page's
+# `window.MathJax = {"loader": {"load": [...]}}` (mathjax3_config in _config.yml) from the same folder.
+MATHJAX_ENTRY = SITE / "_static" / "mathjax" / "startup.js"
+MATHJAX_CONFIG = re.compile(r"<script>window\.MathJax = (\{.*?\})</script>")
 
 # <link rel=...> values that do not make the browser fetch anything.
 NON_LOADING_RELS = {
@@ -133,4 +137,19 @@ def test_mathjax_is_served_from_the_site():
                 problems.append(f"{page.relative_to(SITE)}: MathJax from {src}")
             elif not _resolve_local(page, src).is_file():
                 problems.append(f"{page.relative_to(SITE)}: MathJax script {src} not in the site")
+    assert not problems, "\n".join(problems)
+
+
+def test_mathjax_components_are_in_the_site():
+    """Every component the MathJax loader is told to load is a file of the site (a missing one would leave the
+    math as raw TeX), and at least one page has math, so this checks something."""
+    problems, configured = [], 0
+    for page in _html_pages():
+        for config in MATHJAX_CONFIG.findall(page.read_text(encoding="utf-8", errors="replace")):
+            configured += 1
+            for name in json.loads(config).get("loader", {}).get("load", []):
+                path = MATHJAX_ENTRY.parent / (name if name.endswith(".js") else f"{name}.js")
+                if not path.is_file():
+                    problems.append(f"{page.relative_to(SITE)}: MathJax component {name} ({path}) missing")
+    assert configured, "no page configures MathJax"
     assert not problems, "\n".join(problems)
