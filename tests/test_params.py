@@ -9,11 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-
 from meshplan import available_models, load_model, model_from_config
 from meshplan.model import COMPONENT_KEYS, MODELS_DIR
 
-SHIPPED = ["deepseek-v3", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "qwen3.8-27b", "small-3.7m"]
+REFERENCE = ["deepseek-v3", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "qwen3.8-27b", "small-3.7m"]
+BOOK = ["qwen3-30b-a3b", "qwen3-8b"]   # the "Plan your own model" page: one dense, one MoE config not in the book yet
+SHIPPED = sorted(REFERENCE + BOOK)
+PUBLIC = sorted(p.stem for p in (MODELS_DIR / "public").glob("*.json"))
 
 
 def _groups(spec) -> dict[str, tuple[int, int]]:
@@ -24,8 +26,14 @@ def _config(name: str) -> dict:
     return json.loads((MODELS_DIR / f"{name}.json").read_text())
 
 
-def test_shipped_models_are_the_six_of_the_reference():
+def test_shipped_models_are_the_six_of_the_reference_and_the_two_of_the_book():
     assert available_models() == SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED + [f"public/{n}" for n in PUBLIC])
+def test_every_config_file_records_its_source(name):
+    cfg = json.loads((MODELS_DIR / f"{name}.json").read_text())
+    assert isinstance(cfg["source"], str) and len(cfg["source"]) > 40
 
 
 # ---------------------------------------------------------------- anchor: Qwen3.8-27B
@@ -223,8 +231,58 @@ def test_gpt2_defaults_are_bias_and_layernorm():
     assert explicit.params.total == 124_439_808
 
 
+# ---------------------------------------------------------------- the book's two new configs
+def test_qwen3_8b_rows():
+    """Qwen3-8B: 36 layers of GQA (32 heads, 8 KV heads of 128) with per-head q/k norms and a SwiGLU MLP."""
+    spec = load_model("qwen3-8b")
+    emb = 151_936 * 4_096
+    attention = 4_096 * 4_096 + 2 * 4_096 * 1_024 + 4_096 * 4_096 + 2 * 128   # q, k, v, o, q_norm + k_norm
+    layer = attention + 3 * 4_096 * 12_288 + 2 * 4_096
+    assert (emb, layer) == (622_329_856, 192_946_432)
+    assert _groups(spec) == {"embedding": (1, emb), "head": (1, emb), "layers": (36, layer), "final_norm": (1, 4_096)}
+    assert spec.params.total == 2 * emb + 36 * layer + 4_096 == 8_190_735_360
+    assert spec.flop_params == spec.params.total - emb
+    s = spec.layers[0]
+    assert (s.qk_norm, s.qk_norm_scope, s.qk_norm_width, s.qkv_bias, s.num_kv_heads) == (True, "head", 128, False, 8)
+
+
+def test_qwen3_30b_a3b_rows():
+    """Qwen3-30B-A3B: 48 MoE layers of 128 SwiGLU experts of width 768 (8 per token), no shared expert."""
+    spec = load_model("qwen3-30b-a3b")
+    emb = 151_936 * 2_048
+    attention = 2_048 * 4_096 + 2 * 2_048 * 512 + 4_096 * 2_048 + 2 * 128
+    expert = 3 * 2_048 * 768
+    layer = attention + 128 * 2_048 + 128 * expert + 2 * 2_048
+    assert (attention, expert, layer) == (18_874_624, 4_718_592, 623_120_640)
+    assert _groups(spec) == {"embedding": (1, emb), "head": (1, emb), "layers": (48, layer), "final_norm": (1, 2_048)}
+    assert spec.params.total == 2 * emb + 48 * layer + 2_048 == 30_532_122_624
+    assert spec.routed_expert_params == 48 * 128 * expert == spec.params.components["routed_experts"]
+    assert (spec.num_experts, spec.experts_per_token, spec.num_moe_layers) == (128, 8, 48)
+    assert spec.flop_params == 48 * (layer - 120 * expert) + 2_048 + emb == 3_041_867_776
+
+
+# ---------------------------------------------------------------- the per-layer description of the reference models
+def test_layer_specs_of_the_reference_models(anchor, dsv3):
+    full, linear = anchor.layers[3], anchor.layers[0]
+    assert (full.mixer, full.output_gate, full.qk_norm_width, full.num_heads, full.num_kv_heads) == \
+        ("attention", True, 256, 24, 4)
+    assert (linear.mixer, linear.linear_num_key_heads, linear.linear_num_value_heads, linear.linear_conv_kernel) == \
+        ("linear_attention", 16, 48, 4)
+    assert full.params == ANCHOR_FULL_LAYER and linear.params == ANCHOR_LINEAR_LAYER
+    assert anchor.num_mtp_layers == 1 and not anchor.tie_word_embeddings
+    dense, moe = dsv3.layers[2], dsv3.layers[3]
+    assert (dense.mixer, dense.q_lora_rank, dense.kv_lora_rank, dense.qk_rope_head_dim, dense.intermediate_size) == \
+        ("mla", 1_536, 512, 64, 18_432)
+    assert (moe.num_experts, moe.experts_per_token, moe.num_shared_experts, moe.shared_intermediate_size,
+            moe.router_bias, moe.expert_params) == (256, 8, 1, 2_048, True, 256 * 3 * 7_168 * 2_048)
+    assert moe.intermediate_size == moe.expert_intermediate_size == 2_048   # each routed expert's width
+    small = load_model("small-3.7m")
+    assert (small.layers[0].mlp, small.layers[0].norm, small.position_embedding, small.tie_word_embeddings) == \
+        ("plain", "rmsnorm", "learned", True)
+
+
 # ---------------------------------------------------------------- both breakdowns sum to the total
-ALL_SPECS = SHIPPED + ["gpt2-124m", "llama-405b-kv16"]
+ALL_SPECS = SHIPPED + ["gpt2-124m", "llama-405b-kv16"] + [f"public/{n}" for n in PUBLIC]
 
 
 def _spec(name):
@@ -232,6 +290,8 @@ def _spec(name):
         return model_from_config(dict(GPT2_124M), name=name)
     if name == "llama-405b-kv16":
         return model_from_config({**_config("llama-3.1-405b"), "num_key_value_heads": 16}, name=name)
+    if name.startswith("public/"):
+        return load_model(MODELS_DIR / f"{name}.json")
     return load_model(name)
 
 
@@ -242,6 +302,12 @@ def test_components_and_groups_sum_to_total(name):
     assert sum(p.components.values()) == p.total
     assert sum(count * per for _, count, per in p.groups) == p.total
     assert all(isinstance(v, int) and v >= 0 for v in p.components.values())
+
+
+def test_public_configs_load_by_stem_under_their_folder():
+    spec = load_model("public/mixtral-8x7b-v0.1")
+    assert spec.name == "mixtral-8x7b-v0.1" and spec.params.total == 46_702_792_704
+    assert load_model(MODELS_DIR / "public" / "mixtral-8x7b-v0.1.json").params == spec.params
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -286,18 +352,27 @@ def test_config_missing_hidden_size(tmp_path: Path):
 def test_qwen_config_missing_hidden_size():
     cfg = _config("qwen3.8-27b")
     del cfg["text_config"]["hidden_size"]
-    with pytest.raises(ValueError, match="missing key 'hidden_size'"):
+    with pytest.raises(ValueError, match="missing key 'text_config.hidden_size'"):
         model_from_config(cfg)
 
 
 def test_unsupported_model_type(tmp_path: Path):
-    path = tmp_path / "mamba.json"
-    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
+    path = tmp_path / "nofamily.json"
+    path.write_text(json.dumps({"model_type": "no_such_family", "hidden_size": 768}))
     with pytest.raises(ValueError) as exc:
         load_model(path)
     msg = str(exc.value)
-    assert "unsupported model_type 'mamba'" in msg
-    assert "llama" in msg and "deepseek_v3" in msg
+    assert "unsupported model_type 'no_such_family'" in msg and str(path) in msg
+    assert "llama" in msg and "deepseek_v3" in msg and "qwen3_moe" in msg
+
+
+def test_type_transformers_knows_goes_to_its_fallback(tmp_path: Path):
+    """mamba is not counted analytically; transformers knows it, and its fallback names the key it needs."""
+    path = tmp_path / "mamba.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
+    with pytest.raises(ValueError, match="unsupported model_type 'mamba' .* transformers knows 'mamba' but cannot "
+                                         "count this config: missing key 'num_hidden_layers'"):
+        load_model(path)
 
 
 def test_bad_values_are_named():
@@ -306,7 +381,7 @@ def test_bad_values_are_named():
         model_from_config(cfg)
     with pytest.raises(ValueError, match="expected a JSON object"):
         model_from_config([1, 2])
-    with pytest.raises(ValueError, match="'norm' must be 'layernorm' or 'rmsnorm'"):
+    with pytest.raises(ValueError, match="'norm' must be one of 'layernorm', 'rmsnorm', got 'batchnorm'"):
         model_from_config({**GPT2_124M, "norm": "batchnorm"})
 
 
