@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshplan import Plan, published
-from meshplan.export import engine_file, engine_options, export_text, megatron, toml, torchtitan
+from meshplan.export import price_note, engine_file, engine_options, export_text, megatron, toml, torchtitan
 from meshplan.plan import spread_layers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,11 +158,16 @@ def test_cli_export():
     out = _cli("--format", "megatron", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--cp",
                "2", "--seq", "8192", "--global-batch", "512", "--order", "tp-cp-ep-dp-pp")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == megatron(guide_plan()).command()
+    # headed by the plan's price in Megatron's own ledger (18 B/param, what autograd saves): the guide's 70B plan
+    # without recompute does not fit in 80 GB
+    price = price_note(guide_plan().replace(accounting="megatron"))
+    assert price.startswith("memory per GPU in the megatron ledger: ") and price.endswith("does NOT fit in 80 GB")
+    assert out.stdout.strip() == f"# {price}\n" + megatron(guide_plan()).command()
     out = _cli("--format", "torchtitan", "--model", "llama-3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16",
                "--seq", "8192", "--global-batch", "2048", "--zero", "2", "--recompute", "full", "--uneven-stages")
     assert out.returncode == 0, out.stderr
-    assert out.stdout == toml(*torchtitan(PLANS["llama405b_uneven_zero2_full_v1"]()))
+    plan = PLANS["llama405b_uneven_zero2_full_v1"]()
+    assert out.stdout == f"# {price_note(plan.replace(accounting='fsdp2'))}\n" + toml(*torchtitan(plan))
     bad = _cli("--format", "megatron", "--model", "llama-3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16")
     assert bad.returncode == 2 and bad.stderr.strip() == "meshplan: error: pp=16 does not divide 126 layers"
     bad = _cli("--format", "megatron", "--model", "qwen3.8-27b", "--gpus", "64", "--tp", "8", "--global-batch", "12")

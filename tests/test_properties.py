@@ -65,7 +65,10 @@ def plan_kwargs(draw, doubling_tp: bool = False, accounting: str | None = "lab")
     name = draw(st.sampled_from(NAMES))
     rnd = random.Random(draw(st.integers(0, 2**32 - 1)))
     spec = SPECS[name]
+    acc = accounting or rnd.choice(["lab", "lab", "megatron", "fsdp2", "deepspeed"])
     tps = [t for t in TPS[name] if 2 * t in TPS[name]] if doubling_tp else TPS[name]
+    if acc != "lab":  # the engines split the KV heads evenly over TP: no replication
+        tps = [t for t in tps if spec.num_key_value_heads % t == 0] or [1]
     tp = rnd.choice(tps)
     L = spec.num_layers
     uneven = not doubling_tp and rnd.random() < 0.25
@@ -86,7 +89,6 @@ def plan_kwargs(draw, doubling_tp: bool = False, accounting: str | None = "lab")
         room = dp * cp if e_tp == tp else tp * cp * dp // e_tp
         ep = rnd.choice([e for e in divisors(spec.num_experts) if room % e == 0])
     gpus = tp * pp * cp * dp
-    acc = accounting or rnd.choice(["lab", "lab", "megatron", "fsdp2", "deepspeed"])
     zeros = [z for z in range(4) if not (acc == "fsdp2" and z == 1) and not (acc == "deepspeed" and z >= 2 and pp > 1)]
     kw = dict(
         model=spec, gpus=gpus, tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, expert_tp=etp, virtual_stages=v, micro_batches=m,

@@ -76,7 +76,9 @@ class Accounting:
         unsharded_with_pp_bytes: bytes per parameter held unsharded for the whole step with pipeline parallelism
             (FSDP2 under torch.distributed.pipelining: bf16 weights and fp32 gradients, 2 + 4).
         activations: ``"korthikanti"`` (the lab's GPT layer) or ``"engine"`` (``engine_activations``, per layer
-            type, what autograd saves).
+            type, what autograd saves, priced for a GPU: SDPA attention, no s² scores).
+        kv_replication: whether tp may exceed the KV heads (each replicated on tp/kv ranks, the lab's allowance);
+            the engines split KV heads evenly over the TP ranks and refuse it.
         sources: choice → where it comes from.
     """
 
@@ -90,6 +92,7 @@ class Accounting:
     unsharded_weight_bytes: Mapping[int, int] = field(default_factory=dict)
     unsharded_with_pp_bytes: int = 0
     activations: str = "korthikanti"
+    kv_replication: bool = True
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -148,6 +151,10 @@ _TORCH = "pytorch/pytorch v2.13.0: "
 _TITAN = "pytorch/torchtitan at 6404b93: "
 _DS = "deepspeedai/DeepSpeed v0.19.5: "
 
+_KV_SOURCE = (_MEGATRON + "megatron/core/transformer/attention.py#L180 (num_query_groups_per_partition = "
+              "divide(num_query_groups, world_size)) and megatron/core/utils.py#L468-L477 (ensure_divisibility "
+              "asserts): the KV heads must divide among the TP ranks")
+
 LAB = Accounting(
     "lab", DEFAULT_BPP, LAB_SYNC,
     sources={"bytes_per_param": "Rajbhandari et al. 2019 (ZeRO) §3.1: 2Ψ + 2Ψ + 12Ψ = 16Ψ bytes",
@@ -168,7 +175,7 @@ MEGATRON = Accounting(
             _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True),
             _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True)),
     },
-    pp_send_divided_by_tp=True, tp_backward_regather=True, activations="engine",
+    pp_send_divided_by_tp=True, tp_backward_regather=True, activations="engine", kv_replication=False,
     sources={
         "bytes_per_param": _MEGATRON + "megatron/training/theoretical_memory_usage.py#L179-L181: 18 B/param, "
                            "6 + 12/d with the distributed optimizer (fp32 main grads: arguments.py#L736-L748)",
@@ -179,6 +186,9 @@ MEGATRON = Accounting(
         "pp_send_divided_by_tp": _MEGATRON + "megatron/core/pipeline_parallel/schedules.py#L1939-L1945 "
                                  "(get_tensor_shapes: s/(cp·t) with sequence parallelism)",
         "tp_backward_regather": _MEGATRON + "megatron/core/tensor_parallel/layers.py#L508-L522",
+        "kv_replication": _KV_SOURCE,
+        "activations": "meshplan.engine_activations (transformers 5.23.0's saved tensors, SDPA, device='cuda'); "
+                       "selective recompute = core attention (transformer_config.py#L967-L980)",
     },
 )
 
@@ -199,7 +209,7 @@ FSDP2 = Accounting(
     sync_with_pp={0: (_c("all-reduce (fp32 gradients, every micro-batch)", ALL_REDUCE, 4, True),), 1: (), **_FSDP2_PP},
     refused={"1": "FSDP2 has no ZeRO-1: it shards the gradients whenever it shards the optimizer states "
                   "(use zero=2, reshard_after_forward=False)"},
-    pp_send_divided_by_tp=True, unsharded_weight_bytes={2: 2}, unsharded_with_pp_bytes=6, activations="engine",
+    pp_send_divided_by_tp=True, unsharded_weight_bytes={2: 2}, unsharded_with_pp_bytes=6, activations="engine", kv_replication=False,
     sources={
         "bytes_per_param": _TORCH + "torch/distributed/fsdp/_fully_shard/_fully_shard.py#L114-L121: fp32 sharded "
                            "parameters (the master), fp32 sharded gradients, fp32 Adam: 4 + 4 + 8 per parameter",
@@ -215,6 +225,11 @@ FSDP2 = Accounting(
         "unsharded_with_pp_bytes": _TORCH + "torch/distributed/pipelining/stage.py#L843-L848",
         "refused": _TITAN + "torchtitan/config/job_config.py: data_parallel_shard_degree shards parameters, gradients "
                    "and optimizer together (fully_shard)",
+        "kv_replication": "torchtitan's ColwiseParallel splits wk/wv's output features evenly over the TP ranks, which "
+                          "must then hold whole KV heads (derived; Megatron's rule: " + _KV_SOURCE + ")",
+        "activations": "the definition of the fsdp2 ledger: what autograd saves in the pinned transformers "
+                       "implementation, bf16, SDPA, dropout off (meshplan.engine_activations, measured by "
+                       "meshplan.measure)",
     },
 )
 
@@ -234,7 +249,7 @@ DEEPSPEED = Accounting(
                     "engine.py#L76-L77: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')",
              "3pp": "DeepSpeed refuses ZeRO-2 and ZeRO-3 with pipeline parallelism (deepspeed/runtime/pipe/"
                     "engine.py#L76-L77: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')"},
-    pp_send_divided_by_tp=True, activations="engine",
+    pp_send_divided_by_tp=True, activations="engine", kv_replication=False,
     sources={
         "bytes_per_param": _DS + "deepspeed/runtime/zero/stage_1_and_2.py#L2335-L2341: 4 + 12/d, 2 + 14/d, 16/d",
         "sync": _DS + "deepspeed/runtime/engine.py#L1364-L1375 (bf16 communication_data_type), "
@@ -242,6 +257,9 @@ DEEPSPEED = Accounting(
                 "boundary, ZeRO-2/3 every micro-batch), zero/parameter_offload.py#L352-L354 (ZeRO-3 gathers)",
         "refused": _DS + "deepspeed/runtime/pipe/engine.py#L76-L77",
         "pp_send_divided_by_tp": _DS + "deepspeed/runtime/pipe/engine.py#L754-L771 (pipe_partitioned)",
+        "kv_replication": "the model's own TP (e.g. Megatron-DeepSpeed): " + _KV_SOURCE,
+        "activations": "the model's autograd (deepspeed/runtime/config.py#L419-L426: no activation policy of its "
+                       "own): meshplan.engine_activations",
     },
 )
 

@@ -110,37 +110,47 @@ class Timeline:
         return max(0.0, self.end_s - self.backward_s)
 
 
-def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
-    """The model's tensors in registration (forward) order: vision, embedding, layers, final norm, head, MTP.
+# the norms of a decoder layer in transformers' registration order, by where they sit
+_NORMS = {"pre": ("input_layernorm", "post_attention_layernorm"),
+          "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+          "sandwich": ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                       "post_feedforward_layernorm")}
 
-    Raises ValueError for families whose per-layer tensors this module does not model (gpt2, MoE).
+
+def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
+    """The model's tensors in registration (forward) order: vision, embedding, layers (mixer, gate/up/down, norms),
+    final norm, head, MTP, read from the per-layer description (``ModelSpec.layers``).
+
+    Raises ValueError for models whose layers are not dense with a gated (three-matrix) MLP (MoE, GPT-2's MLP).
     """
-    if model.family not in ("llama", "qwen3_5") or model.is_moe:
-        raise ValueError(f"bucket timeline models dense llama/qwen3_5 models only, not {model.name} "
+    if model.is_moe or not model.layers or any(L.mlp != "gated" or L.is_moe for L in model.layers):
+        raise ValueError(f"bucket timeline models dense models with gated MLPs only, not {model.name} "
                          f"(family {model.family})")
-    comps, h, L = model.params.components, model.hidden_size, model.num_layers
-    if comps["mlp"] % (3 * L):
-        raise ValueError(f"{model.name}: MLP parameters {comps['mlp']} are not 3 equal matrices per layer")
-    mat = comps["mlp"] // (3 * L)
+    comps, h = model.params.components, model.hidden_size
     out = []
     if comps["vision"]:
         out.append(GradTensor("visual", "vision tower", comps["vision"], compute=False))
     out.append(GradTensor("embed_tokens", "embedding", comps["embedding"], compute=False))
-    for i, lp in enumerate(model.layer_params):
+    for i, (lp, layer) in enumerate(zip(model.layer_params, model.layers)):
         blk = f"layer {i}"
-        mixer = lp - 3 * mat - 2 * h
+        mat = h * layer.intermediate_size + (layer.intermediate_size if layer.mlp_bias else 0)
+        down = h * layer.intermediate_size + (h if layer.mlp_bias else 0)
+        norm = h * (2 if getattr(layer, "norm_bias", False) else 1)
+        mixer = lp - 2 * mat - down - layer.norms_per_layer * norm
         out += [GradTensor(f"layers.{i}.mixer", blk, mixer),
                 GradTensor(f"layers.{i}.mlp.gate_proj", blk, mat),
                 GradTensor(f"layers.{i}.mlp.up_proj", blk, mat),
-                GradTensor(f"layers.{i}.mlp.down_proj", blk, mat),
-                GradTensor(f"layers.{i}.input_layernorm", blk, h),
-                GradTensor(f"layers.{i}.post_attention_layernorm", blk, h)]
-    out.append(GradTensor("norm", "final norm", h))
+                GradTensor(f"layers.{i}.mlp.down_proj", blk, down)]
+        names = _NORMS.get(getattr(layer, "norm_position", "pre"), _NORMS["pre"])[:layer.norms_per_layer]
+        out += [GradTensor(f"layers.{i}.{name}", blk, norm) for name in names]
+    final = sum(n * per for name, n, per in model.params.groups if name == "final_norm")
+    out.append(GradTensor("norm", "final norm", final))
     if comps["head"]:
         out.append(GradTensor("lm_head", "output head", comps["head"]))
     mtp = comps["mtp"] + model.params.extra.get("mtp", 0)
     if mtp:
         out.append(GradTensor("mtp", "MTP module", mtp, compute=False))
+    assert sum(t.params for t in out) == model.params.total + model.params.extra.get("mtp", 0), model.name
     return tuple(out)
 
 

@@ -25,7 +25,6 @@ its recurrent state, heads × d_k × d_v per sequence, whatever the sequence len
 
 from __future__ import annotations
 
-import json
 import math
 
 from .collectives import all_gather_bytes
@@ -175,22 +174,18 @@ def linear_state_bytes(heads: int, key_dim: int, value_dim: int, b: int = 1, sta
     return heads * key_dim * value_dim * b * state_bytes
 
 
-def linear_attention_shape(model: str) -> dict[str, int]:
-    """The Gated DeltaNet shape of a ``qwen3_5`` model file in ``data/models/`` (its ``text_config``):
-    value heads, key head dim, value head dim.
+def linear_attention_shape(model) -> dict[str, int]:
+    """The Gated DeltaNet shape of a model (a name, path or ``ModelSpec``) with linear-attention layers, read from
+    its first such layer (``ModelSpec.layers``): value heads, key head dim, value head dim.
 
         >>> linear_attention_shape("qwen3.8-27b")
         {'heads': 48, 'key_dim': 128, 'value_dim': 128}
     """
-    from .model import MODELS_DIR
+    from .model import load_model
 
-    path = MODELS_DIR / f"{model}.json"
-    if not path.is_file():
-        raise ValueError(f"unknown model {model!r}")
-    cfg = json.loads(path.read_text())
-    t = cfg.get("text_config", cfg)
-    try:
-        return {"heads": t["linear_num_value_heads"], "key_dim": t["linear_key_head_dim"],
-                "value_dim": t["linear_value_head_dim"]}
-    except KeyError as exc:
-        raise ValueError(f"{model} has no linear-attention layers (missing {exc})") from None
+    spec = load_model(model)
+    for layer in spec.layers:
+        if layer.mixer == "linear_attention":
+            return {"heads": layer.linear_num_value_heads, "key_dim": layer.linear_key_head_dim,
+                    "value_dim": layer.linear_value_head_dim}
+    raise ValueError(f"{spec.name} has no linear-attention layers")

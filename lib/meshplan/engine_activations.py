@@ -123,6 +123,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -751,3 +752,56 @@ def spec_activations(spec: ModelSpec, seq: int, batch: int, *, config: Mapping[s
         raise ValueError(f"model {spec.name!r} has no per-layer description (ModelSpec.layers is empty)")
     impl = replace(implementation(spec.family, config), final_softcap=spec.final_logit_softcapping is not None)
     return model_activations(spec.layers, spec.hidden_size, spec.vocab_size, seq, batch, family=impl, **kwargs)
+
+
+# ---------------------------------------------------------------- a pipeline stage, for the plan's engine ledgers
+_FIRST_PARTS = ("embedding", "rotary", "shared")
+_LAST_PARTS = ("final_norm", "head", "logits", "loss")
+
+
+@lru_cache(maxsize=65536)
+def _layer_bytes_cached(layer: LayerSpec, h: int, s: int, b: int, impl: Implementation, recompute: str, tp: int,
+                        sp: bool, device: str) -> float:
+    return layer_bytes(layer, h, s, b, family=impl, attention="sdpa" if impl.sdpa else "eager", recompute=recompute,
+                       tp=tp, sp=sp, device=device)
+
+
+@lru_cache(maxsize=4096)
+def _model_parts_cached(layers: tuple[LayerSpec, ...], h: int, vocab: int, s: int, b: int, impl: Implementation,
+                        recompute: str, tp: int, sp: bool, device: str) -> tuple[float, float]:
+    terms = model_level_terms(layers, h, vocab, s, b, family=impl, attention="sdpa" if impl.sdpa else "eager",
+                              recompute=recompute, tp=tp, sp=sp, device=device)
+    first = sum(t.nbytes for t in terms if t.part in _FIRST_PARTS)
+    last = sum(t.nbytes for t in terms if t.part in _LAST_PARTS)
+    return first, last
+
+
+def spec_implementation(spec: ModelSpec) -> Implementation:
+    """The ``Implementation`` of a ``ModelSpec``'s family (flagship defaults, the final softcap from the spec)."""
+    return replace(implementation(spec.family), final_softcap=spec.final_logit_softcapping is not None)
+
+
+def stage_bytes(spec: ModelSpec, layers: range, seq: int, batch: int, *, recompute: str = "none", tp: int = 1,
+                sp: bool | None = None, first: bool = False, last: bool = False,
+                device: str = "cuda") -> tuple[float, float]:
+    """(bytes of the decoder layers ``layers``, bytes outside the layers) one micro-batch leaves on one GPU of a
+    pipeline stage: the first stage also keeps the token ids, the rotary tables and the shared masks; the last the
+    final norm, lm_head's input, the fp32 logits and the loss. ``device="cuda"`` by default: a plan prices a GPU run
+    (the three documented kernel differences from the CPU measurement, module docstring); SDPA attention, or eager
+    for a family that has no SDPA in transformers 5.23.0 (Gemma 2).
+
+        >>> from meshplan import load_model
+        >>> m = load_model("llama-3.1-70b")
+        >>> lay, rest = stage_bytes(m, range(80), 4096, 1, first=True, last=True)
+        >>> round(lay / 80 / (4096 * 8192), 2), round(rest / 1e9, 2)
+        (48.53, 2.37)
+    """
+    if not spec.layers:
+        raise ValueError(f"model {spec.name!r} has no per-layer description (ModelSpec.layers is empty)")
+    _positive(seq=seq, batch=batch, tp=tp)
+    sp = tp > 1 if sp is None else sp
+    impl = spec_implementation(spec)
+    h = spec.hidden_size
+    in_layers = sum(_layer_bytes_cached(spec.layers[i], h, seq, batch, impl, recompute, tp, sp, device) for i in layers)
+    f, l_ = _model_parts_cached(tuple(spec.layers), h, spec.vocab_size, seq, batch, impl, recompute, tp, sp, device)
+    return in_layers, (f if first else 0.0) + (l_ if last else 0.0)

@@ -84,30 +84,92 @@ class MegatronExport:
         return "\n".join([f"# note: {n}" for n in self.notes] + [out])
 
 
+def _freq_pattern(flags: list[int]) -> str:
+    """Megatron's --moe-layer-freq pattern as run-length Python: [0, 0, 1, 1, 1] → '([0]*2+[1]*3)'."""
+    runs: list[list[int]] = []
+    for x in flags:
+        if runs and runs[-1][0] == x:
+            runs[-1][1] += 1
+        else:
+            runs.append([x, 1])
+    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+
+
 def _shape_flags(plan: Plan) -> tuple[list, list]:
+    """The model's shape as Megatron-LM flags, read from the per-layer description (``ModelSpec.layers``), with a
+    note for every feature the pinned Megatron-LM cannot express."""
     m, notes = plan.model, []
-    f = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size)]
-    if m.family == "deepseek_v3":
-        f += [("--num-attention-heads", m.num_attention_heads), ("--multi-latent-attention", None)]
-        notes.append("DeepSeek-V3's MLA ranks, expert sizes and layer pattern come from its config; "
-                     "the flags below cover the parallel layout and the model's size only")
-        f += [("--num-experts", m.num_experts), ("--moe-router-topk", m.experts_per_token)]
+    layers = m.layers
+    f: list = [("--num-layers", m.num_layers), ("--hidden-size", m.hidden_size)]
+    if not layers:
+        raise ValueError(f"{m.name}: no per-layer description to export (ModelSpec.layers is empty)")
+    attn = [L for L in layers if L.mixer in ("attention", "mla")]
+    first = attn[0] if attn else layers[0]
+    if first.mixer == "mla":
+        f += [("--multi-latent-attention", None), ("--num-attention-heads", first.num_heads)]
+        if first.q_lora_rank:
+            f.append(("--q-lora-rank", first.q_lora_rank))
+        f += [("--kv-lora-rank", first.kv_lora_rank), ("--qk-head-dim", first.qk_nope_head_dim),
+              ("--qk-pos-emb-head-dim", first.qk_rope_head_dim), ("--v-head-dim", first.v_head_dim)]
     else:
-        if m.family in ("llama", "qwen3_5"):  # SwiGLU: 3 × h × ffn per layer
-            f.append(("--ffn-hidden-size", m.params.components["mlp"] // (m.num_layers * 3 * m.hidden_size)))
-        f.append(("--num-attention-heads", m.num_attention_heads))
-        if m.head_dim * m.num_attention_heads != m.hidden_size:
-            f.append(("--kv-channels", m.head_dim))
-        if m.num_key_value_heads != m.num_attention_heads:
-            f += [("--group-query-attention", None), ("--num-query-groups", m.num_key_value_heads)]
-        if m.family in ("llama", "qwen3_5"):
-            f += [("--position-embedding-type", "rope"), ("--normalization", "RMSNorm"), ("--swiglu", None),
-                  ("--disable-bias-linear", None)]
-        if m.params.components["head"]:
-            f.append(("--untie-embeddings-and-output-weights", None))
-        if m.family == "qwen3_5":
-            notes.append(f"{m.name}'s Gated DeltaNet layers and vision tower have no pretrain_gpt.py flag in this "
-                         "version; the shape flags describe a plain GQA transformer of the same size")
+        f.append(("--num-attention-heads", first.num_heads))
+        if first.head_dim * first.num_heads != m.hidden_size:
+            f.append(("--kv-channels", first.head_dim))
+        if first.num_kv_heads != first.num_heads:
+            f += [("--group-query-attention", None), ("--num-query-groups", first.num_kv_heads)]
+    if any(L.mixer == "linear_attention" for L in layers):
+        notes.append(f"{m.name}'s linear-attention (Gated DeltaNet) layers have no pretrain_gpt.py flag at this "
+                     "Megatron-LM commit: the flags describe softmax attention in every layer")
+    if any(L.output_gate for L in attn):
+        notes.append("the gated attention output (q also yields a sigmoid gate) has no flag at this commit")
+    if any(L.qk_norm for L in attn):
+        f.append(("--qk-layernorm", None))
+        if any(getattr(L, "qk_norm_scope", "head") == "projection" for L in attn):
+            notes.append("Megatron's --qk-layernorm norms each head; this model norms the whole q/k projection")
+    windows = {L.sliding_window for L in attn}
+    if windows - {None}:
+        if len(windows) == 1:
+            f.append(("--window-size", f"({windows.pop()},0)"))
+        else:
+            notes.append("sliding-window and full-attention layers alternate: --window-size applies one window to "
+                         "every layer; set the pattern by hand")
+    biases = {(L.qkv_bias, L.o_bias, L.mlp_bias) for L in layers}
+    if biases == {(False, False, False)}:
+        f.append(("--disable-bias-linear", None))
+    elif biases == {(True, False, False)}:
+        f += [("--disable-bias-linear", None), ("--add-qkv-bias", None)]
+    gated = {L.mlp for L in layers}
+    if gated == {"gated"}:
+        f.append(("--swiglu", None))
+        if {L.activation for L in layers} - {"silu", "swish"}:
+            notes.append(f"gated MLP with {sorted({L.activation for L in layers})}: Megatron's --swiglu is SiLU")
+    norms = {L.norm for L in layers}
+    f.append(("--normalization", "RMSNorm" if norms == {"rmsnorm"} else "LayerNorm"))
+    if {getattr(L, "norm_position", "pre") for L in layers} != {"pre"}:
+        notes.append("post-block or sandwich norms have no flag at this commit: Megatron norms before each block")
+    f.append(("--position-embedding-type", "learned_absolute" if m.position_embedding == "learned" else "rope"))
+    dense = [L for L in layers if not L.is_moe]
+    if dense:
+        f.append(("--ffn-hidden-size", dense[0].intermediate_size))
+    moe = [L for L in layers if L.is_moe]
+    if moe:
+        e = moe[0]
+        f += [("--num-experts", e.num_experts), ("--moe-router-topk", e.experts_per_token),
+              ("--moe-ffn-hidden-size", e.intermediate_size)]
+        if e.num_shared_experts or e.shared_intermediate_size:
+            f.append(("--moe-shared-expert-intermediate-size", e.shared_intermediate_size))
+        if e.router_bias:
+            f += [("--moe-router-score-function", "sigmoid"), ("--moe-router-enable-expert-bias", None)]
+        if dense:
+            f.append(("--moe-layer-freq", _freq_pattern([int(L.is_moe) for L in layers])))
+    if m.params.components["head"]:
+        f.append(("--untie-embeddings-and-output-weights", None))
+    if m.final_logit_softcapping is not None or any(L.attn_logit_softcapping for L in attn):
+        notes.append("logit softcapping has no flag at this commit")
+    if m.num_mtp_layers:
+        f.append(("--mtp-num-layers", m.num_mtp_layers))
+    if m.params.components["vision"]:
+        notes.append(f"{m.name}'s vision tower is not part of pretrain_gpt.py")
     if m.max_position_embeddings:
         f.append(("--max-position-embeddings", m.max_position_embeddings))
     return f, notes

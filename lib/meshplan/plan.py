@@ -238,7 +238,7 @@ class Plan:
             raise ValueError(f"sp={self.sp!r} must be True, False or None")
         check_nodes(d.world_size, self.hardware.gpus_per_node)
         self.accounting.check(self.zero, d.pp)
-        _check_tp_heads(m, d.tp, self.kv_replication)
+        _check_tp_heads(m, d.tp, self.kv_replication and self.accounting.kv_replication)
         if self.layers_per_stage is not None:
             self._check_layers_per_stage()
         elif m.num_layers % (d.pp * self.virtual_stages):
@@ -390,6 +390,23 @@ def _links(dims: ParallelDims, gpus_per_node: int) -> tuple[tuple[str, str | Non
     return tuple((k, mesh.link(k)) for k in TRAFFIC)
 
 
+def _stage_activations(plan: Plan, stage: Stage, per_layer_lab: float) -> float:
+    """Activation bytes per GPU of one pipeline stage: its layers × its in-flight micro-batches (× the interleave
+    factor), per layer by the plan's ledger (Korthikanti's GPT layer for the lab's, ``engine_activations`` per layer
+    type for the engines', whose first stage also keeps the token ids and rotary tables and whose last stage the
+    final norm, the head's input and the fp32 logits), ÷ c (each CP rank holds s/c tokens)."""
+    d = plan.dims
+    inflight = inflight_micro_batches(d.pp, stage.index, plan.micro_batches)
+    factor = interleave_factor(d.pp, plan.virtual_stages)
+    if plan.accounting.activations == "korthikanti":
+        return per_layer_lab * stage.num_layers * inflight * factor / d.cp
+    from .engine_activations import stage_bytes
+    layers, rest = stage_bytes(plan.model, stage.layers, plan.seq // d.cp, plan.micro_batch_size,
+                               recompute=plan.recompute, tp=d.tp, sp=plan.sequence_parallel, first=stage.index == 0,
+                               last=stage.index == d.pp - 1)
+    return (layers * factor + rest) * inflight
+
+
 def _stage_memory(plan: Plan, stage: Stage, per_layer_activations: float) -> tuple[dict[str, float], float]:
     """(model-state terms, activation bytes) per GPU of one pipeline stage."""
     d, bpp = plan.dims, plan.accounting.bytes_per_param
@@ -401,9 +418,7 @@ def _stage_memory(plan: Plan, stage: Stage, per_layer_activations: float) -> tup
     extra = plan.accounting.unsharded_bytes_per_param(plan.zero, d.pp)
     if extra:
         terms["unsharded weights/gradients"] = extra * (stage.dense_params / d.tp + stage.expert_params / (d.etp * d.ep))
-    inflight = inflight_micro_batches(d.pp, stage.index, plan.micro_batches)
-    activ = per_layer_activations * stage.num_layers * inflight * interleave_factor(d.pp, plan.virtual_stages) / d.cp
-    return terms, activ
+    return terms, _stage_activations(plan, stage, per_layer_activations)
 
 
 def evaluate(plan: Plan) -> Report:
@@ -468,6 +483,9 @@ def evaluate(plan: Plan) -> Report:
     if comm["edp"]:
         notes.append(f"routed-expert gradients sync over {d.expert_dp} expert-data-parallel ranks (edp), apart from "
                      f"the dense gradients' {d.dp * c} data-parallel ranks")
+    if getattr(m, "estimated", ()):
+        notes.append(f"{m.name} ({m.family}) is counted exactly by transformers on the meta device; estimated from "
+                     f"its config: {', '.join(m.estimated)}")
     if m.max_position_embeddings and s > m.max_position_embeddings:
         notes.append(f"seq={s:,} is longer than the {m.max_position_embeddings:,} positions {m.name} was trained for")
     if not all(math.isfinite(x) for x in (total, *comm.values())):
