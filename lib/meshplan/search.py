@@ -2,30 +2,38 @@
 model on a cluster, the constraint each rejected plan fails first, and the fitting plans ranked by an
 estimated step time.
 
-Ranking: by the estimated seconds per optimizer step of ``steptime.step_time`` (compute, blocking
-communication, exposed gradient sync, bubble), then by memory.
+Ranking: by the estimated seconds per optimizer step of ``steptime.step_time`` under the ledger's engine (compute,
+exposed communication, bubble, optimizer; ``steptime.execution_for(accounting)`` unless ``execution`` is given), then
+by memory. The model is not exact: plans whose step times lie within ``tie_band`` of a faster plan's share its rank
+(``SearchResult.tied_ranks``). The band is the model's median error on the *ratio* of the step times of two published
+runs of one model on one machine (``calibration.tie_band``, stored in ``data/steptime_fit.json``): ranking compares
+plans of one model on one machine, where errors common to both cancel. A plan the ledger's engine refuses (DeepSpeed:
+ZeRO-2/3 with pipeline parallelism) fails ``Plan`` validation and is rejected under ``"plan"``.
 
 A plan is kept if it passes every constraint and fits; constraints are checked in this order and the first
 failure names the rejection: TP inside one node (tp ≤ GPUs per node), at least ``min_seq_per_cp_rank``
-tokens per CP rank (the estimate charges nothing for short chunks; 0 switches the floor off), the global
-batch divisible by DP × micro-batch size, the plan's own validation (``Plan``: heads, layers, sequence, experts, interleaving),
-then memory. Search sizes are divisors of the GPU count: TP up to 2 × GPUs per node (so that crossing a node
-is reported), CP up to ``max_cp``, PP up to the layers; when PP does not divide the layers, the stages are
-spread ends-lighter (``plan.spread_layers``) unless ``uneven_stages=False``.
+tokens per CP rank (the step time does not model short chunks' kernel efficiency; 0 switches the floor off), the
+global batch divisible by DP × micro-batch size, the plan's own validation (``Plan``: heads, layers, sequence, experts,
+interleaving, the ledger's refusals), then memory. Search sizes are divisors of the GPU count: TP up to 2 × GPUs
+per node (so that crossing a node is reported), CP up to ``max_cp``, PP up to the layers; when PP does not divide
+the layers, the stages are spread ends-lighter (``plan.spread_layers``) unless ``uneven_stages=False``.
 
     >>> r = search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8)
     >>> best = r.ranked[0]
     >>> best.plan.tp, best.plan.pp, best.plan.dp, best.plan.zero, best.plan.recompute
     (2, 1, 4, 3, 'selective')
-    >>> round(best.step.total_s, 2), round(best.mfu(989.5e12), 3)
-    (1.71, 0.372)
+    >>> round(best.step.total_s, 2), round(best.mfu(), 3)        # MFU against the machine's dense bf16 peak
+    (1.3, 0.508)
+    >>> r.tied_ranks()[:6]                                        # within 3 % of a faster plan: the same rank
+    [1, 2, 3, 3, 3, 3]
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
+from itertools import pairwise
 
 from .accounting import Accounting, get_accounting
 from .activations import RECOMPUTE_MODES
@@ -36,19 +44,55 @@ from .model import ModelSpec, load_model
 from .plan import MAX_SEQ, Plan, Report, Workload, evaluate
 from .reporting import plan_label
 from .stages import spread_layers
-from .steptime import TERMS, StepTime, mfu, model_flop_per_step, step_time
-from .units import fmt_gb
+from .steptime import (
+    TERMS,
+    Execution,
+    StepTime,
+    execution_for,
+    fit_data,
+    mfu,
+    model_flop_per_step,
+    step_report,
+    step_time,
+)
+from .units import fmt_gb, fmt_pct
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
 MICRO_BATCH_SIZES = (1, 2, 4)
 VIRTUAL_STAGES = (1, 2, 4)
-# The step-time estimate charges nothing for short chunks, so it would split an 8K sequence 32 ways. Megatron's
-# guide (quoted in the course's seed 004) uses CP only for sequences of 8K and more, with CP 2 at 8,192 in its
-# Llama 3 70B example; Llama 3 runs CP 16 at 131,072 (8,192 tokens per rank). Floor: 4,096 tokens per CP rank.
+# The step-time model charges CP's K/V ring only where it outlasts the attention compute (and its latency), and
+# nothing for the attention kernels' lower efficiency on short chunks, so it would split an 8K sequence 32 ways.
+# Megatron's guide (quoted in the course's seed 004) uses CP only for sequences of 8K and more, with CP 2 at 8,192
+# in its Llama 3 70B example; Llama 3 runs CP 16 at 131,072 (8,192 tokens per rank). Floor: 4,096 tokens per rank.
 MIN_SEQ_PER_CP_RANK = 4096
+SHAPE = ("tp", "cp", "pp", "dp", "ep")
 __all__ = ["Candidate", "Rejection", "SearchResult", "StepTime", "describe", "format_search", "mfu",
-           "model_flop_per_step", "search", "step_time"]
+           "model_flop_per_step", "search", "step_time", "tie_band", "tied_ranks"]
+
+
+def tie_band() -> float:
+    """The stored tie band (a fraction): the step-time model's median error on the ratio of two published runs."""
+    return fit_data()["tie_band"]["value"]
+
+
+def tied_ranks(times: list[float], band: float) -> list[int]:
+    """Display ranks of ``times`` (sorted, fastest first): a time within ``band`` of its group's first (fastest)
+    time shares that time's rank; the next time outside starts a group ranked by its position (1, 1, 1, 4, ...).
+
+        >>> tied_ranks([9.14, 9.20, 9.60, 9.70, 12.0], 0.03)
+        [1, 1, 3, 3, 5]
+    """
+    if any(b < a for a, b in pairwise(times)):
+        raise ValueError("tied_ranks needs the times sorted, fastest first")
+    if not band >= 0:
+        raise ValueError(f"band={band!r} must be a non-negative fraction")
+    ranks, leader = [], None
+    for i, t in enumerate(times):
+        if leader is None or t > times[leader] * (1 + band):
+            leader = i
+        ranks.append(leader + 1)
+    return ranks
 
 
 @dataclass(frozen=True)
@@ -58,18 +102,20 @@ class Candidate:
     plan: Plan
     report: Report
     step: StepTime
+    execution: Execution = field(default_factory=Execution)
 
-    def mfu(self, peak_flop_per_s: float) -> float:
+    def mfu(self, peak_flop_per_s: float | None = None) -> float:
+        """MFU against ``peak_flop_per_s`` (default: the hardware's dense bf16 peak)."""
         return mfu(self.report, self.step.total_s, peak_flop_per_s)
 
     def label(self) -> str:
         return describe(self.plan)
 
     def to_dict(self, rank: int | None = None) -> dict:
-        """The ``plan --json`` report plus ``step_time_s``, its terms and the rank."""
+        """The ``plan --json`` report plus ``steptime.step_report``'s keys (``step_time_s``, its terms,
+        ``tokens_per_step``, ``mfu``, ``hfu``, ...) and the rank."""
         d = self.report.to_dict()
-        d["step_time_s"] = self.step.total_s
-        d["step_time_terms_s"] = self.step.terms()
+        d.update(step_report(self.report, self.execution))
         if rank is not None:
             d["rank"] = rank
         return d
@@ -95,6 +141,20 @@ class SearchResult:
     ranked: tuple[Candidate, ...]
     rejected: tuple[Rejection, ...]
     enumerated: int = field(default=0)
+    band: float = 0.0
+    accounting: str = "lab"
+    execution: Execution = field(default_factory=Execution)
+
+    def tied_ranks(self) -> list[int]:
+        """The displayed rank of each kept plan: plans within ``band`` of a faster plan's step time share its rank."""
+        return tied_ranks([c.step.total_s for c in self.ranked], self.band)
+
+    def shapes(self) -> list[tuple[tuple[int, ...], Candidate]]:
+        """Each mesh shape (tp, cp, pp, dp, ep) with its fastest kept plan, fastest first."""
+        best: dict[tuple[int, ...], Candidate] = {}
+        for c in self.ranked:
+            best.setdefault(tuple(getattr(c.plan, k) for k in SHAPE), c)
+        return list(best.items())
 
     def rank_of(self, **fixed) -> tuple[int, Candidate] | None:
         """The 1-based rank and candidate of the best kept plan whose attributes equal ``fixed``
@@ -104,17 +164,15 @@ class SearchResult:
                 return i, c
         return None
 
-    def shape_rank_of(self, **fixed) -> int | None:
+    def shape_rank_of(self, ties: bool = False, **fixed) -> int | None:
         """The 1-based rank of the first mesh shape (tp, cp, pp, dp, ep) matching ``fixed`` when every shape is
-        ranked by its fastest kept plan, or None."""
-        seen: list[tuple] = []
-        for c in self.ranked:
-            shape = tuple(getattr(c.plan, k) for k in ("tp", "cp", "pp", "dp", "ep"))
-            if shape in seen:
-                continue
-            seen.append(shape)
+        ranked by its fastest kept plan (with ``ties``: shapes within ``band`` of a faster one share its rank), or
+        None."""
+        shapes = self.shapes()
+        ranks = tied_ranks([c.step.total_s for _, c in shapes], self.band) if ties else range(1, len(shapes) + 1)
+        for rank, (_, c) in zip(ranks, shapes, strict=True):
             if all(getattr(c.plan, k) == v for k, v in fixed.items()):
-                return len(seen)
+                return rank
         return None
 
     def rejections_by_constraint(self) -> dict[str, int]:
@@ -151,9 +209,12 @@ def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | N
            min_seq_per_cp_rank: int = MIN_SEQ_PER_CP_RANK, uneven_stages: bool = True,
            hardware: Hardware | str | None = None, accounting: Accounting | str = "lab",
            zero_stages=ZERO_STAGES, recompute=RECOMPUTE, micro_batch_sizes=MICRO_BATCH_SIZES,
-           virtual_stages=VIRTUAL_STAGES) -> SearchResult:
+           virtual_stages=VIRTUAL_STAGES, execution: Execution | None = None,
+           band: float | None = None) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
-    ``global_batch`` sequences; keep those that pass every constraint and fit, ranked by ``step_time``.
+    ``global_batch`` sequences; keep those that pass every constraint and fit, ranked by ``step_time`` under
+    ``execution`` (default: the ``accounting`` ledger's engine, ``steptime.execution_for``); ``band`` (default: the
+    stored ``tie_band()``) sets which step times count as ties.
 
     Duplicates are not enumerated: ZeRO stages > 0 only when dp × cp > 1, virtual stages > 1 only with
     pp > 1, EP > 1 only for MoE models. Every argument is validated as ``Plan.create`` validates it (ValueError
@@ -171,6 +232,12 @@ def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | N
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node)
     acc = get_accounting(accounting)
+    ex = execution_for(acc.name) if execution is None else execution
+    if not isinstance(ex, Execution):
+        raise ValueError(f"execution={execution!r} must be a steptime.Execution")
+    band = tie_band() if band is None else band
+    if isinstance(band, bool) or not isinstance(band, (int, float)) or not 0 <= band < 1:
+        raise ValueError(f"band={band!r} must be a fraction from 0 to 1")
     gpn, mem = hw.gpus_per_node, hw.gpu_memory_bytes
     check_nodes(gpus, gpn)
     zero_stages = _check_choices("zero_stages", zero_stages, ZERO_STAGES)
@@ -230,24 +297,35 @@ def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | N
                                             settings, "memory",
                                             f"needs {total / 1e9:,.1f} GB per GPU > {mem / 1e9:,.0f} GB"))
                                         continue
-                                    ranked.append(Candidate(plan, report, step_time(report)))
+                                    ranked.append(Candidate(plan, report, step_time(report, ex), ex))
     ranked.sort(key=lambda c: (c.step.total_s, c.report.memory_bytes["total"], c.plan.tp, c.plan.cp, c.plan.pp,
                                c.plan.ep, c.plan.zero, RECOMPUTE.index(c.plan.recompute),
                                c.plan.micro_batch_size, c.plan.virtual_stages))
-    return SearchResult(spec, gpus, seq, global_batch, tuple(ranked), tuple(rejected), n)
+    return SearchResult(spec, gpus, seq, global_batch, tuple(ranked), tuple(rejected), n, band, acc.name, ex)
 
 
 def format_search(result: SearchResult, top: int = 10) -> str:
-    """The table ``meshplan search`` prints: the top plans with their step-time terms, then the rejections."""
+    """The table ``meshplan search`` prints: the top plans with their tied rank, step-time terms and MFU, then the
+    rejections."""
+    ex = result.execution
+    band = fit_data()["tie_band"]
     lines = [f"{result.model.name} on {result.gpus:,} GPUs, s = {result.seq:,}, global batch {result.global_batch:,} "
              f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
-             ""]
-    head = f"{'#':>4}  {'plan':<58}{'memory':>10}{'step s':>9}  " + "  ".join(f"{t[:-2]:>8}" for t in TERMS)
-    lines.append(head)
-    for i, c in enumerate(result.ranked[:top], 1):
-        terms = "  ".join(f"{x:8.3f}" for x in c.step.terms().values())
-        lines.append(f"{i:>4}  {c.label():<58}{fmt_gb(c.report.memory_bytes['total']):>10}"
-                     f"{c.step.total_s:9.3f}  {terms}")
+             f"ledger {result.accounting}; attention {ex.attention}, TP overlap {ex.tp_overlap}, DP overlap "
+             f"{'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}",
+             f"plans within {fmt_pct(result.band, 0)} of a faster plan's step time share its rank: " + (
+                 "the model's median error on the step-time ratio of two published runs of one model on one machine "
+                 f"(absolute step times: median {fmt_pct(band['absolute_median_error'], 1)} off on held-out runs)"
+                 if result.band == band["value"] else "the band given to the search"), ""]
+    shown = list(zip(result.tied_ranks(), result.ranked, strict=True))[:top]
+    width = max([len(c.label()) for _, c in shown] + [len("plan")]) + 2
+    names = {"dp_exposed_s": "dp", "optimizer_s": "optim"}
+    lines.append(f"{'#':>4}  {'plan':<{width}}{'memory':>10}{'step s':>9}{'MFU':>8}  "
+                 + "  ".join(f"{names.get(t, t[:-2]):>7}" for t in TERMS))
+    for rank, c in shown:
+        terms = "  ".join(f"{x:7.3f}" for x in c.step.terms().values())
+        lines.append(f"{rank:>4}  {c.label():<{width}}{fmt_gb(c.report.memory_bytes['total']):>10}"
+                     f"{c.step.total_s:9.3f}{fmt_pct(c.mfu(), 1):>8}  {terms}")
     lines += ["", "rejected plans, by the first constraint they fail:"]
     examples = result.rejection_examples()
     for constraint, count in result.rejections_by_constraint().items():
