@@ -5,11 +5,17 @@ Importing this package does not import torch; the runs do (``pip install torch==
 * ``model``: the 3,688,704-parameter small model in PyTorch.
 * ``logger``: a ``TorchDispatchMode`` that counts every collective and its payload where it is issued.
 * ``launch``: forked ranks over gloo with a deadline and no leftover processes.
-* ``runs``: DDP, FSDP2 (ZeRO-3 and ZeRO-2 mode), ZeroRedundancyOptimizer, DTensor TP (± sequence
-  parallel), ``torch.distributed.pipelining``, and gloo's wire bytes.
-* ``predict``: torch-free predictions (DDP's bucket walk, ZeRO-1's partition, schedule replay).
+* ``runs``: DDP, FSDP2 (ZeRO-3 and ZeRO-2 mode, and gradient accumulation over m micro-batches),
+  ZeroRedundancyOptimizer, DTensor TP (± sequence parallel), ``torch.distributed.pipelining``, and gloo's
+  wire bytes.
+* ``predict``: torch-free predictions, made by the library (``meshplan.buckets`` for DDP's buckets,
+  ``meshplan.schedule`` for the replay of torch's schedules) once the small model is described in its terms;
+  ZeRO-1's partition; FSDP2's collectives per step with m micro-batches.
 * ``checks``: predicted (the library) against measured, as ``rows.Row``.
-* ``command``: ``python -m meshplan validate [--quick] [--json] [--output FILE]``.
+* ``command``: ``validate(quick, output) -> (rows, document)`` and ``python -m meshplan validate [--quick]
+  [--json] [--output FILE]``.
+
+Nothing happens at import: no model is loaded, no environment variable is set.
 
     >>> from meshplan.realrun.predict import zero1_partition
     >>> zero1_partition([524_288, 262_144, 262_144, 16_384], 2)
@@ -18,7 +24,8 @@ Importing this package does not import torch; the runs do (``pip install torch==
 
 from __future__ import annotations
 
-from .command import add_command, run_checks
+from .command import add_command, run_checks, validate
 from .rows import RESULTS_PATH, Row, format_table, load_results, rows_from_results
 
-__all__ = ["add_command", "run_checks", "Row", "RESULTS_PATH", "format_table", "load_results", "rows_from_results"]
+__all__ = ["RESULTS_PATH", "Row", "add_command", "format_table", "load_results", "rows_from_results", "run_checks",
+           "validate"]

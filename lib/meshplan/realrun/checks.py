@@ -1,25 +1,40 @@
 """Predicted against measured: run each dimension on forked gloo ranks and turn the numbers into rows.
 
-Every ``predicted`` comes from the library (``meshplan.zero``, ``dp``, ``collectives``, ``tp``, ``pp`` and
-``realrun.predict``) for the same setting; every ``measured`` is counted at the collective calls or read
+Every ``predicted`` comes from the library (``meshplan.zero``, ``dp``, ``collectives``, ``tp``, ``pp``,
+``buckets``, ``schedule``, through ``realrun.predict`` where the small model must be described) for the same
+setting; every ``measured`` is counted at the collective calls or read
 from the tensors. Units: bytes and counts (``unit``); fp32 throughout (4 B per element), since gloo on a
 CPU trains in fp32.
 """
 
 from __future__ import annotations
 
-import importlib.util
+from functools import cache
 
-from .. import collectives, dp, pp, tp, zero
-from ..model import load_model
+from .. import buckets, collectives, dp, pp, schedule, tp, zero
+from ..model import ModelSpec, load_model
 from ..zero import DEFAULT_BPP, FSDP2_BPP
 from . import predict
 from .launch import run_ranks
 from .rows import Row
 
 FP32 = 4
-PSI = load_model("small-3.7m").params.total
-SCHEDULES = [("GPipe", 1), ("1F1B", 1), ("Interleaved1F1B", 2), ("InterleavedZeroBubble", 1), ("ZBVZeroBubble", 2)]
+SCHEDULES = [("GPipe", 1), ("1F1B", 1), ("Interleaved1F1B", 2), ("InterleavedZeroBubble", 1), ("ZBVZeroBubble", 2),
+             ("DualPipeV", 2)]
+# the library's schedule simulator (meshplan.schedule) names for the torch schedules it models
+SIMULATOR_KINDS = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved", "InterleavedZeroBubble": "zb-h1",
+                   "DualPipeV": "dualpipev"}
+
+
+@cache
+def small() -> ModelSpec:
+    """The small model's ModelSpec (read on first use, not at import)."""
+    return load_model("small-3.7m")
+
+
+def psi() -> int:
+    """Ψ, the small model's parameters."""
+    return small().params.total
 
 
 def _wire(n, kind, payload):
@@ -37,20 +52,17 @@ def _count(calls, kind, phase=None):
     return sum(1 for k, ph, _, _ in calls if k == kind and (phase is None or ph == phase))
 
 
-def _param_bytes_reversed():
-    return [n * FP32 for n in reversed(predict.gpt_param_numels(load_model("small-3.7m")))]
-
-
 # ------------------------------------------------------------------------------------------- DDP
 def ddp_rows(n: int) -> list[Row]:
     from .runs import ddp_worker
     rows = []
-    sizes = _param_bytes_reversed()
+    backward_order = tuple(reversed(predict.small_grad_tensors(small())))
+    psi_total = psi()
     for cap_mb in (None, 1):
         res = run_ranks(ddp_worker, n, (cap_mb,))[0]
-        cap = 25 << 20 if cap_mb is None else cap_mb << 20
-        first = 1 << 20 if cap_mb is None else cap
-        pred = predict.ddp_buckets(sizes, cap, first)
+        cap = buckets.DEFAULT_CAP_BYTES if cap_mb is None else cap_mb << 20
+        first = buckets.FIRST_BUCKET_BYTES if cap_mb is None else cap
+        pred = [b.n_bytes for b in buckets.assign_buckets(backward_order, cap, first, grad_bytes_per_param=FP32)]
         label = "default bucket_cap_mb (25 MiB, first bucket 1 MiB)" if cap_mb is None else f"bucket_cap_mb={cap_mb}"
         it1 = _count(res["steps"][0], "all_reduce", "backward")
         later = [_count(s, "all_reduce", "backward") for s in res["steps"][1:]]
@@ -59,19 +71,19 @@ def ddp_rows(n: int) -> list[Row]:
                         "records the order in which gradients became ready, and rebuilds its buckets from it."))
         rows.append(Row("ddp", f"DDP N={n}, {label}: buckets from iteration 2 on", len(pred), max(later), "buckets",
                         min(later) == max(later),
-                        "Greedy walk over the gradients in reverse parameter order (meshplan.realrun.predict."
-                        "ddp_buckets): a bucket closes once it holds at least the limit."))
+                        "Greedy walk over the gradients in reverse parameter order (meshplan.buckets."
+                        "assign_buckets): a bucket closes once it holds at least the limit."))
         rows.append(Row("ddp", f"DDP N={n}, {label}: largest bucket", max(pred),
                         max(b for k, ph, b, _ in res["steps"][-1] if k == "all_reduce" and ph == "backward"),
                         "bytes", True, "The same greedy walk; fp32 gradients, 4 B each."))
     step = res["steps"][-1]
     payload = _sum(step, "all_reduce", "backward")
-    rows.append(Row("ddp", f"DDP N={n}: bytes all-reduced per step", PSI * FP32, payload, "bytes", True,
+    rows.append(Row("ddp", f"DDP N={n}: bytes all-reduced per step", psi_total * FP32, payload, "bytes", True,
                     "Every gradient is all-reduced once per step: the buffer is 4 B × Ψ in fp32 (2 B × Ψ with "
                     "bf16 gradients, the library's convention)."))
     wire = sum(_wire(n, "all_reduce", b) for k, ph, b, _ in step if k == "all_reduce" and ph == "backward")
     rows.append(Row("ddp", f"DDP N={n}: bytes each rank sends per step (ring)",
-                    dp.dp_bytes_per_step(PSI, n, 0, grad_bytes_per_param=FP32), wire, "bytes", True,
+                    dp.dp_bytes_per_step(psi_total, n, 0, grad_bytes_per_param=FP32), wire, "bytes", True,
                     "meshplan.dp with 4 B gradients: 2(N−1)/N × 4Ψ; measured: the ring formula applied to each "
                     "all-reduce the rank issued."))
     return rows
@@ -81,11 +93,12 @@ def ddp_rows(n: int) -> list[Row]:
 def fsdp_rows(n: int) -> list[Row]:
     from .runs import fsdp_worker
     rows = []
+    psi_total = psi()
     for stage, raf in ((3, True), (2, False)):
         res = run_ranks(fsdp_worker, n, (raf,))
         r0 = res[0]
         mode = "ZeRO-3" if stage == 3 else "ZeRO-2 mode (reshard_after_forward=False)"
-        terms = zero.model_states_terms(PSI, 3, n, FSDP2_BPP)
+        terms = zero.model_states_terms(psi_total, 3, n, FSDP2_BPP)
         if stage == 3:
             for name, key, pred in (("sharded parameters", "param_bytes", terms["weights"]),
                                     ("sharded gradients", "grad_bytes", terms["grads"]),
@@ -97,49 +110,100 @@ def fsdp_rows(n: int) -> list[Row]:
                                 "separate master copy; bf16 copies, if any, are transient."))
             total = sum(r0[k] for k in ("param_bytes", "grad_bytes", "optim_bytes"))
             rows.append(Row("fsdp", f"FSDP2 {mode} N={n}: model states per rank",
-                            zero.model_states_bytes(PSI, 3, n, DEFAULT_BPP), total, "bytes", True,
+                            zero.model_states_bytes(psi_total, 3, n, DEFAULT_BPP), total, "bytes", True,
                             "The textbook 16Ψ/N (2 + 2 + 12) and FSDP2's split (4 + 4 + 8) have the same total."))
             rows.append(Row("fsdp", f"FSDP2 {mode} N={n}: parameter bytes per rank, textbook split",
-                            zero.model_states_terms(PSI, 3, n, DEFAULT_BPP)["weights"], r0["param_bytes"], "bytes",
-                            False, "The textbook keeps 2 B (bf16) weights plus a 4 B master copy inside the "
+                            zero.model_states_terms(psi_total, 3, n, DEFAULT_BPP)["weights"], r0["param_bytes"],
+                            "bytes", False, "The textbook keeps 2 B (bf16) weights plus a 4 B master copy inside the "
                             "optimizer's 12 B; FSDP2 keeps one fp32 (4 B) sharded parameter and 8 B of Adam "
                             "state: 4 + 4 + 8 instead of 2 + 2 + 12. The Adam step counters (one scalar per "
                             "tensor) are not counted."))
         else:
             rest = sum(r0[k] for k in ("param_bytes", "grad_bytes", "optim_bytes"))
             rows.append(Row("fsdp", f"FSDP2 {mode} N={n}: model states per rank at rest",
-                            zero.model_states_bytes(PSI, 2, n, FSDP2_BPP), rest, "bytes", False,
+                            zero.model_states_bytes(psi_total, 2, n, FSDP2_BPP), rest, "bytes", False,
                             "Textbook ZeRO-2 keeps whole weights on every rank; FSDP2 in this mode still stores "
                             "sharded parameters between steps and only keeps the gathered copy from the forward "
                             "to the backward pass, so at rest it holds ZeRO-3's 16Ψ/N."))
         step = r0["steps"][-1]
         ag, rs = _sum(step, "all_gather"), _sum(step, "reduce_scatter")
         rows.append(Row("fsdp", f"FSDP2 {mode} N={n}: all-gather + reduce-scatter payload per step",
-                        zero.zero_comm_factor(stage) * PSI * FP32, ag + rs, "bytes", True,
+                        zero.zero_comm_factor(stage) * psi_total * FP32, ag + rs, "bytes", True,
                         ("all-gather in forward and again in backward (2 × 4Ψ) + reduce-scatter of the gradients "
                          "(4Ψ): ZeRO-3's 3Ψ." if stage == 3 else
                          "No backward all-gather: all-gather in forward (4Ψ) + reduce-scatter (4Ψ) = 2Ψ, the same "
                          "volume as DP's all-reduce.")))
         wire = sum(_wire(n, k, b) for k, _, b, _ in step if k in ("all_gather", "reduce_scatter"))
         rows.append(Row("fsdp", f"FSDP2 {mode} N={n}: bytes each rank sends per step (ring)",
-                        zero.zero_sync_bytes(n, PSI * FP32, stage), wire, "bytes", True,
+                        zero.zero_sync_bytes(n, psi_total * FP32, stage), wire, "bytes", True,
                         "meshplan.zero.zero_sync_bytes with 4 B gradients. On gloo the reduce-scatter's wire "
                         "cost is an all-reduce's (see the collectives rows), so gloo really sends more."))
-        rows.append(Row("fsdp", f"FSDP2 {mode} N={n}: collectives per step", 
+        rows.append(Row("fsdp", f"FSDP2 {mode} N={n}: collectives per step",
                         (zero.zero_comm_factor(stage)) * 5, len(step), "calls", True,
                         "One all-gather (and one reduce-scatter) per fully_shard unit: the four blocks and the "
                         "root (embeddings, final norm), so 5 per transfer."))
     return rows
 
 
+# ------------------------------------------------------------------------------------------- FSDP2 × m
+# (label, reshard_after_forward passed to fully_shard (None: FSDP2's default), gradient sync on the last
+# micro-batch only)
+FSDP_ACCUM_VARIANTS = (
+    ("reshard_after_forward=True", True, False),
+    ("reshard_after_forward default", None, False),
+    ("reshard_after_forward=False", False, False),
+    ("reshard_after_forward default, sync on the last micro-batch only", None, True),
+)
+
+
+def fsdp_accum_rows(n: int, micro_batches: tuple[int, ...]) -> list[Row]:
+    """FSDP2 with gradient accumulation over m micro-batches: all-gathers, reduce-scatters and their
+    payloads per optimizer step, against ``predict.fsdp2_collectives_per_step``."""
+    from .runs import fsdp_accum_worker
+    configs = [(raf, last_only, m) for _, raf, last_only in FSDP_ACCUM_VARIANTS for m in micro_batches]
+    res = run_ranks(fsdp_accum_worker, n, (configs,))[0]
+    units = predict.fsdp_unit_params(small())
+    rows = []
+    for ((label, raf, last_only), m), step in zip(
+            ((v, m) for v in FSDP_ACCUM_VARIANTS for m in micro_batches), res, strict=True):
+        # FSDP2's default (None) reshards every unit but the root after forward (_fsdp_state.py _lazy_init)
+        resharded = [raf is not False and not (raf is None and i == 0) for i in range(len(units))]
+        pred = predict.fsdp2_collectives_per_step(units, resharded, m, sync_every_micro_batch=not last_only,
+                                                  param_bytes=FP32, grad_bytes=FP32)
+        name = f"FSDP2 N={n}, {label}, m={m}"
+        why = (f"predict.fsdp2_collectives_per_step: {len(units)} units (the root and {len(units) - 1} blocks), "
+               f"{sum(resharded)} resharded after forward"
+               + (" (FSDP2's default keeps the root's parameters gathered from forward to backward)"
+                  if raf is None else "")
+               + f", {'one gradient sync per step' if last_only else 'a gradient sync per micro-batch'}.")
+        rows += [
+            Row("fsdp_accum", f"{name}: all-gathers per step", pred["all_gathers"], _count(step, "all_gather"),
+                "calls", True, why + " Every unit gathers before its forward in each micro-batch and, if it "
+                "resharded after forward, again before its backward: m × (units + resharded units)."),
+            Row("fsdp_accum", f"{name}: reduce-scatters per step", pred["reduce_scatters"],
+                _count(step, "reduce_scatter"), "calls", True,
+                why + (" set_requires_gradient_sync(False) keeps the gradients unsharded until the last "
+                       "micro-batch: one reduce-scatter per unit per step." if last_only else
+                       " Each backward reduce-scatters every unit's gradients: m × units.")),
+            Row("fsdp_accum", f"{name}: all-gather payload per step", pred["all_gather_bytes"],
+                _sum(step, "all_gather"), "bytes", True,
+                why + " Gathered output, fp32: m × (Ψ + the resharded units' parameters) × 4 B."),
+            Row("fsdp_accum", f"{name}: reduce-scatter payload per step", pred["reduce_scatter_bytes"],
+                _sum(step, "reduce_scatter"), "bytes", True,
+                why + " Input before scattering, fp32: (m or 1) × Ψ × 4 B."),
+        ]
+    return rows
+
+
 # ------------------------------------------------------------------------------------------- ZeRO-1
 def zero1_rows(n: int) -> list[Row]:
     from .runs import zero1_worker
+    psi_total = psi()
     res = run_ranks(zero1_worker, n)
     owned = predict.zero1_partition(res[0]["numels"], n)
     opt_bpp = FSDP2_BPP.adam_m + FSDP2_BPP.adam_v
-    mean_pred = zero.model_states_terms(PSI, 1, n, FSDP2_BPP)
-    mean_pred = mean_pred["adam_m"] + mean_pred["adam_v"]
+    terms = zero.model_states_terms(psi_total, 1, n, FSDP2_BPP)
+    mean_pred = terms["adam_m"] + terms["adam_v"]
     measured = [r["optim_bytes"] for r in res]
     step = res[0]["steps"][-1]
     rows = [
@@ -154,14 +218,16 @@ def zero1_rows(n: int) -> list[Row]:
         Row("zero1", f"ZeroRedundancyOptimizer N={n}: optimizer bytes on rank 0", owned[0] * opt_bpp, measured[0],
             "bytes", True, "Rank 0 receives the largest tensor first (the tied embedding)."),
         Row("zero1", f"ZeroRedundancyOptimizer N={n}: payload per step (all-reduce + broadcasts)",
-            zero.zero_comm_factor(1) * PSI * FP32, _sum(step, "all_reduce", "backward") + _sum(step, "broadcast", "step"),
+            zero.zero_comm_factor(1) * psi_total * FP32,
+            _sum(step, "all_reduce", "backward") + _sum(step, "broadcast", "step"),
             "bytes", True, "Textbook ZeRO-1: reduce-scatter + all-gather of 4Ψ each. ZeroRedundancyOptimizer: DDP's "
             "all-reduce of 4Ψ, then each owner broadcasts its updated parameters (4Ψ in all)."),
         Row("zero1", f"ZeroRedundancyOptimizer N={n}: broadcasts per step", len(res[0]["numels"]),
             _count(step, "broadcast", "step"), "calls", True, "One broadcast per parameter tensor."),
         Row("zero1", f"ZeroRedundancyOptimizer N={n}: bytes each rank sends per step (ring)",
-            zero.zero_sync_bytes(n, PSI * FP32, 1),
-            _wire(n, "all_reduce", _sum(step, "all_reduce", "backward")) + _wire(n, "broadcast", _sum(step, "broadcast", "step")),
+            zero.zero_sync_bytes(n, psi_total * FP32, 1),
+            _wire(n, "all_reduce", _sum(step, "all_reduce", "backward"))
+            + _wire(n, "broadcast", _sum(step, "broadcast", "step")),
             "bytes", False, "It all-reduces the gradients (2(N−1)/N × 4Ψ) where ZeRO reduce-scatters them "
             "((N−1)/N), then broadcasts the parameters ((N−1)/N per rank on average): it moves 3Ψ(N−1)/N, "
             "not ZeRO's 2Ψ(N−1)/N."),
@@ -213,17 +279,13 @@ def tp_rows(t: int) -> list[Row]:
 
 
 # ------------------------------------------------------------------------------------------- PP
-# the library's schedule simulator (meshplan.schedule) names for the torch schedules it models
-SIMULATOR_KINDS = {"GPipe": "gpipe", "1F1B": "1f1b", "Interleaved1F1B": "interleaved", "InterleavedZeroBubble": "zb-h1"}
-
-
 def _predicted_bubble(sched: str, p: int, m: int, v: int) -> tuple[float, str]:
-    """(prediction, its source): meshplan.schedule's simulation where it models the schedule, else
-    meshplan.pp.bubble_fraction."""
+    """(prediction, its source): meshplan.schedule's simulation where it models the schedule (the bubble
+    with every stage waiting for the step's end, as the replay measures it), else meshplan.pp.bubble_fraction."""
     kind = SIMULATOR_KINDS.get(sched)
-    if kind is not None and importlib.util.find_spec("meshplan.schedule") is not None:
-        from .. import schedule
-        return schedule.simulate(kind, p, m, v).bubble, f"meshplan.schedule.simulate('{kind}') (f = b = w = 1)"
+    if kind is not None:
+        return (schedule.simulate(kind, p, m, v if kind == "interleaved" else 1).sync_bubble,
+                f"meshplan.schedule.simulate('{kind}') (f = b = w = 1)")
     return pp.bubble_fraction(p, m, v), "meshplan.pp.bubble_fraction, (p−1)/(m·v)"
 
 
@@ -256,20 +318,33 @@ def pp_rows(runs_: list[tuple[str, int, int]], micro_batches: int, replays: list
     for p, m in replays:
         orders = run_ranks(schedule_orders, 1, (p, m, SCHEDULES), backend=None)[0]
         for sched, v in SCHEDULES:
-            measured = predict.replay(orders[sched])
+            measured = predict.replay(orders[sched]).sync_bubble
             pred, source = _predicted_bubble(sched, p, m, v)
-            simulated = sched in SIMULATOR_KINDS and source.startswith("meshplan.schedule")
+            simulated = sched in SIMULATOR_KINDS
             rows.append(Row("pp", f"{sched} p={p} v={v} m={m}: bubble replayed from pipeline_order",
                             pred, measured, "fraction", simulated,
                             f"Predicted by {source}. Measured: torch's own action order (pipeline_order) replayed "
-                            "with F = I = W = 1 and a full backward B = 2, communication free."
+                            "by meshplan.schedule.replay with F = I = W = 1, a full backward B = 2 and an "
+                            "overlapped F&B = 3, communication free; (makespan − busy) ÷ busy."
                             + (" The zero-bubble schedule splits the backward into input and weight gradients "
                                "and fills idle slots with the weight halves: "
                                + ("a third of 1F1B's (p−1)/m." if v == 1 else
                                   "here a third of the interleaved (p−1)/(m·v).")
                                if "ZeroBubble" in sched else "")
+                            + (" DualPipeV (torch's ScheduleDualPipeV, a port of deepseek-ai/DualPipe's "
+                               "DualPipeV.step) runs the same order as meshplan.schedule's 'dualpipev'."
+                               if sched == "DualPipeV" else "")
                             + ("" if simulated else " The library has no simulation of the V-shaped ZB-V "
                                "schedule, so the prediction is the interleaved formula it would replace.")))
+        ours = predict.torch_order("dualpipev", p, m)
+        theirs = orders["DualPipeV"]
+        same = sum(a == b for r in ours for a, b in zip(ours[r], theirs.get(r, [])))
+        if all(len(ours[r]) == len(theirs.get(r, [])) for r in ours) and set(theirs) == set(ours):
+            rows.append(Row("pp", f"DualPipeV p={p} v=2 m={m}: actions of pipeline_order equal to the library's",
+                            sum(map(len, ours.values())), same, "actions", True,
+                            "meshplan.schedule.orders('dualpipev'), built from deepseek-ai/DualPipe's DualPipeV.step "
+                            "(steps 1-8), written in torch's names: torch's ScheduleDualPipeV lists the same "
+                            "actions, rank by rank and in the same order."))
     return rows
 
 

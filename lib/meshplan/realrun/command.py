@@ -1,55 +1,123 @@
 """``python -m meshplan validate [--quick] [--json] [--output FILE]``: run the checks, print the table.
 
-Exit code 1 if an exact row differs; 2 for bad input (the CLI's convention); torch is imported only here,
-when the command runs, so ``python -m meshplan plan`` never loads it.
+``validate(quick, output)`` is the library function: it checks the output path and that torch is installed
+before any run, then returns the rows and the results document (and writes it when asked). The command is
+argparse wiring around it. Exit code 1 if an exact row differs; 2 for bad input (the CLI's convention);
+torch is imported only when the command runs, so ``python -m meshplan plan`` never loads it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
-# (ranks for DDP, FSDP2 and ZeRO-1), (TP sizes), (real pipeline runs), (replay p, m), (wire sizes)
-QUICK = dict(dp=(2, 4), tp=(2,), pp=[("GPipe", 1, 2), ("ZBVZeroBubble", 2, 2)], pp_m=4,
-             replay=((2, 8), (4, 8)), wire=(2,))
-FULL = dict(dp=(2, 4, 8), tp=(2, 4),
-            pp=[("GPipe", 1, 2), ("GPipe", 1, 4), ("1F1B", 1, 4), ("Interleaved1F1B", 2, 2), ("ZBVZeroBubble", 2, 2)],
-            pp_m=4, replay=((2, 8), (4, 8), (8, 16)), wire=(2, 4, 8))
+from .rows import Row
 
 
-def run_checks(quick: bool = True) -> list:
+@dataclass(frozen=True)
+class RunSet:
+    """Which runs ``run_checks`` makes."""
+
+    dp: tuple[int, ...]                          # ranks for DDP, FSDP2 and ZeRO-1
+    tp: tuple[int, ...]                          # TP sizes
+    pp: tuple[tuple[str, int, int], ...]         # real pipeline runs: (torch schedule, v, p)
+    pp_m: int                                    # micro-batches of the real pipeline runs
+    replay: tuple[tuple[int, int], ...]          # (p, m) of the pipeline_order replays
+    wire: tuple[int, ...]                        # ranks for gloo's wire bytes
+    accum_n: tuple[int, ...]                     # ranks for FSDP2 with gradient accumulation
+    accum_m: tuple[int, ...]                     # its micro-batches per step
+
+
+QUICK = RunSet(dp=(2, 4), tp=(2,), pp=(("GPipe", 1, 2), ("ZBVZeroBubble", 2, 2)), pp_m=4, replay=((2, 8), (4, 8)),
+               wire=(2,), accum_n=(2,), accum_m=(2,))
+FULL = RunSet(dp=(2, 4, 8), tp=(2, 4), pp=(("GPipe", 1, 2), ("GPipe", 1, 4), ("1F1B", 1, 4), ("Interleaved1F1B", 2, 2),
+                                           ("ZBVZeroBubble", 2, 2)),
+              pp_m=4, replay=((2, 8), (4, 8), (8, 16)), wire=(2, 4, 8), accum_n=(2, 4), accum_m=(1, 2, 4))
+
+
+def run_checks(quick: bool = True) -> list[Row]:
     """Every row of the chosen set, in a stable order (see ``QUICK`` and ``FULL``)."""
     from . import checks
 
     cfg = QUICK if quick else FULL
-    rows = []
-    for n in cfg["dp"]:
+    rows: list[Row] = []
+    for n in cfg.dp:
         rows += checks.ddp_rows(n)
-    for n in cfg["dp"]:
+    for n in cfg.dp:
         rows += checks.fsdp_rows(n)
-    for n in cfg["dp"]:
+    for n in cfg.accum_n:
+        rows += checks.fsdp_accum_rows(n, cfg.accum_m)
+    for n in cfg.dp:
         rows += checks.zero1_rows(n)
-    for t in cfg["tp"]:
+    for t in cfg.tp:
         rows += checks.tp_rows(t)
-    rows += checks.pp_rows(cfg["pp"], cfg["pp_m"], list(cfg["replay"]))
-    for n in cfg["wire"]:
+    rows += checks.pp_rows(list(cfg.pp), cfg.pp_m, list(cfg.replay))
+    for n in cfg.wire:
         rows += checks.wire_rows(n)
     return rows
 
 
-def _validate(args) -> int:
+def check_output(output: Path | str) -> Path:
+    """The output path, or ValueError if the results could not be written there: a directory, a missing
+    or non-directory parent, or no permission to write. Checked before any run (the runs take minutes)."""
+    path = Path(output)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise ValueError(f"--output {output}: is a directory; give a file name")
+    if not parent.is_dir():
+        what = "is not a directory" if parent.exists() else "does not exist"
+        raise ValueError(f"--output {output}: the directory {parent} {what}")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"--output {output}: no permission to write there")
+    return path
+
+
+def _write(path: Path, doc: dict) -> None:
+    """Write atomically (a temporary file in the same directory, then a rename); ValueError on failure."""
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, mode)                      # mkstemp makes 0600; keep the file's usual mode
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1, ensure_ascii=False)
+                f.write("\n")
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as exc:
+        raise ValueError(f"--output {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def validate(quick: bool = True, output: Path | str | None = None) -> tuple[list[Row], dict]:
+    """Run the checks (``run_checks``) and return ``(rows, results document)``; with ``output``, also write
+    the document there. ValueError before any run if torch is missing or ``output`` cannot be written."""
+    path = check_output(output) if output is not None else None
     try:
         import torch
     except ImportError:
-        raise ValueError("validate needs torch: install the pinned CPU build (torch==2.13.0, requirements.txt)") from None
-    from .rows import format_table, results_document
+        raise ValueError("validate needs torch: install the pinned CPU build (torch==2.13.0, "
+                         "requirements.txt)") from None
+    from .rows import results_document
 
-    rows = run_checks(quick=args.quick)
-    if args.output:
-        doc = results_document(rows, args.quick, torch.__version__)
-        with open(args.output, "w") as f:
-            json.dump(doc, f, indent=1, ensure_ascii=False)
-            f.write("\n")
+    rows = run_checks(quick=quick)
+    doc = results_document(rows, quick, torch.__version__)
+    if path is not None:
+        _write(path, doc)
+    return rows, doc
+
+
+def _validate(args) -> int:
+    from .rows import format_table
+
+    rows, _ = validate(args.quick, args.output)
     if args.json:
         print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False))
     else:

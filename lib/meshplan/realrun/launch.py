@@ -53,7 +53,8 @@ def _child(rank: int, fn, world: int, tmpdir: str, args: tuple, backend) -> None
             os._exit(1)   # skip peers' barrier: the parent kills the rest
 
 
-def run_ranks(fn, world: int, args: tuple = (), timeout_s: float = DEFAULT_TIMEOUT_S, backend: str | None = "gloo") -> list:
+def run_ranks(fn, world: int, args: tuple = (), timeout_s: float = DEFAULT_TIMEOUT_S,
+              backend: str | None = "gloo") -> list:
     """``[fn(rank, world, *args) for each rank]``, run on ``world`` forked gloo ranks.
 
     ``fn`` must be a module-level function; its return value must pickle. Raises ``RunError`` with the

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 from ..model import ModelSpec, load_model
 
@@ -86,9 +86,11 @@ class GPT(nn.Module):
 
     def __init__(self, spec: ModelSpec, ffn: int, fused_qkv: bool = False):
         super().__init__()
-        h = spec.hidden_size
+        h, positions = spec.hidden_size, spec.max_position_embeddings
+        if positions is None:
+            raise ValueError(f"{spec.name}: the small GPT needs max_position_embeddings (learned positions)")
         self.wte = nn.Embedding(spec.vocab_size, h)
-        self.wpe = nn.Embedding(spec.max_position_embeddings, h)
+        self.wpe = nn.Embedding(positions, h)
         self.blocks = nn.ModuleList(Block(h, spec.num_attention_heads, ffn, fused_qkv) for _ in range(spec.num_layers))
         self.norm = RMSNorm(h)
         self.head = nn.Linear(h, spec.vocab_size, bias=False)

@@ -1,37 +1,46 @@
-"""What the runtime *should* do, without torch: DDP's bucket walk, ZeroRedundancyOptimizer's partition,
-the stage boundaries a pipeline layout sends across, and a replay of a pipeline schedule's action order.
+"""What the runtime *should* do, without torch: the small model's tensors and FSDP units, DDP's buckets,
+ZeroRedundancyOptimizer's partition, FSDP2's collectives with gradient accumulation, the stage boundaries a
+pipeline layout sends across, and a replay of ``torch.distributed.pipelining``'s action order.
 
-These are the library's predictions for the real runs of ``meshplan.realrun``; the ring costs they feed
-come from ``meshplan.collectives`` and the per-dimension modules, never from here.
+The predictions come from the library: DDP's bucket walk is ``meshplan.buckets.assign_buckets``, the
+replay is ``meshplan.schedule.replay`` and the ring costs come from ``meshplan.collectives``; this module
+only describes the small model in the library's terms and translates torch's names.
 
-* ``ddp_buckets``: DDP's greedy walk (``torch.distributed._compute_bucket_assignment_by_size``): take the
-  gradients in the order they are expected to become ready (the reverse of the parameters), add each to
-  the open bucket, close the bucket once it holds at least the current limit, then move to the next
-  limit (the first bucket's limit is 1 MiB when ``bucket_cap_mb`` is left at its default of 25 MiB).
-* ``zero1_partition``: ``ZeroRedundancyOptimizer``'s sorted greedy packing: whole tensors, largest
-  first, each to the rank holding the fewest elements so far (ties: the lowest rank).
-* ``replay``: run each rank's list of compute actions in order, each as soon as its rank is free and its
-  inputs exist (forward after the previous stage's forward; backward after the next stage's backward;
-  weight-gradient after input-gradient), with unit costs F = I = W = 1 and a full backward B = 2;
-  communication is free. The bubble is the idle time over the ideal (busy) time of a rank.
+* ``small_grad_tensors``: the small GPT's parameters as ``meshplan.buckets.GradTensor`` s, in registration
+  order (DDP walks them reversed).
+* ``ddp_buckets``: ``assign_buckets`` over tensors given by their gradient bytes.
+* ``zero1_partition``: ``ZeroRedundancyOptimizer``'s sorted greedy packing: whole tensors, largest first,
+  each to the rank holding the fewest elements so far (ties: the lowest rank).
+* ``fsdp2_collectives_per_step``: FSDP2's all-gathers and reduce-scatters per optimizer step with m
+  micro-batches (the formula is in its docstring).
+* ``replay``: torch's ``pipeline_order`` through the library's schedule simulation.
 
     >>> ddp_buckets([1024, 1 << 20, 1 << 20, 1024], cap_bytes=25 << 20, first_cap_bytes=1 << 20)
     [1049600, 1049600]
     >>> zero1_partition([10, 7, 5, 3], 2)
     [13, 12]
     >>> replay({0: [("F", 0, 0), ("F", 0, 1), ("B", 0, 0), ("B", 0, 1)],
-    ...         1: [("F", 1, 0), ("F", 1, 1), ("B", 1, 0), ("B", 1, 1)]})
+    ...         1: [("F", 1, 0), ("F", 1, 1), ("B", 1, 0), ("B", 1, 1)]}).sync_bubble
     0.5
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
-COSTS = {"F": 1, "I": 1, "W": 1, "B": 2}
+from ..buckets import GradTensor, assign_buckets
+from ..model import ModelSpec
+from ..schedule import Timeline, position
+from ..schedule import orders as schedule_orders
+from ..schedule import replay as replay_order
+
+# torch.distributed.pipelining's computation types (``_ComputationType``) in meshplan.schedule's names:
+# F forward, I backward for inputs, W backward for weights, B full backward; OVERLAP_F_B is F&B.
+TORCH_KINDS = {"F": "F", "I": "B", "W": "W", "B": "BW", "OVERLAP_F_B": "F&B"}
 
 
-def gpt_param_numels(spec) -> list[int]:
+def gpt_param_numels(spec: ModelSpec) -> list[int]:
     """Elements of each parameter tensor of the small GPT (``realrun.model``) in registration order:
     token embedding (tied with the head), positions, then per layer norm1, q, k, v, o, norm2, fc1, fc2,
     then the final norm. ``spec`` is a gpt2-family ``ModelSpec``; the MLP width comes from its layer size.
@@ -40,29 +49,36 @@ def gpt_param_numels(spec) -> list[int]:
         >>> sum(gpt_param_numels(load_model("small-3.7m")))
         3688704
     """
-    h, L = spec.hidden_size, spec.num_layers
+    h, L, positions = spec.hidden_size, spec.num_layers, spec.max_position_embeddings
+    if positions is None:
+        raise ValueError(f"{spec.name}: the small GPT needs max_position_embeddings (learned positions)")
     ffn = (spec.layer_params[0] - 4 * h * h - 2 * h) // (2 * h)
     layer = [h, h * h, h * h, h * h, h * h, h, ffn * h, h * ffn]
-    return [spec.vocab_size * h, spec.max_position_embeddings * h] + layer * L + [h]
+    return [spec.vocab_size * h, positions * h] + layer * L + [h]
+
+
+def small_grad_tensors(spec: ModelSpec) -> tuple[GradTensor, ...]:
+    """The small GPT's parameters in registration order, named as ``realrun.model.GPT.named_parameters``.
+
+        >>> from meshplan import load_model
+        >>> [t.name for t in small_grad_tensors(load_model("small-3.7m"))][:4]
+        ['wte.weight', 'wpe.weight', 'blocks.0.norm1.weight', 'blocks.0.attn.q.weight']
+    """
+    layer = ("norm1", "attn.q", "attn.k", "attn.v", "attn.o", "norm2", "mlp.fc1", "mlp.fc2")
+    names = ["wte", "wpe"] + [f"blocks.{i}.{n}" for i in range(spec.num_layers) for n in layer] + ["norm"]
+    blocks = ["embedding"] * 2 + [f"layer {i}" for i in range(spec.num_layers) for _ in layer] + ["final norm"]
+    return tuple(GradTensor(f"{n}.weight", blk, numel)
+                 for n, blk, numel in zip(names, blocks, gpt_param_numels(spec), strict=True))
 
 
 def ddp_buckets(sizes_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[int]:
     """Byte sizes of DDP's buckets for gradients of ``sizes_bytes`` taken in that order (pass the
-    parameters reversed)."""
-    if cap_bytes <= 0:
-        raise ValueError(f"cap_bytes={cap_bytes!r} must be positive")
-    limits = [first_cap_bytes, cap_bytes] if first_cap_bytes and first_cap_bytes < cap_bytes else [cap_bytes]
-    buckets, current = [], 0
-    for size in sizes_bytes:
-        current += size
-        if current >= limits[0]:
-            buckets.append(current)
-            current = 0
-            if len(limits) > 1:
-                limits.pop(0)
-    if current:
-        buckets.append(current)
-    return buckets
+    parameters reversed): ``meshplan.buckets.assign_buckets`` with each size already in bytes (so one
+    "parameter" per byte); ``first_cap_bytes`` defaults to ``cap_bytes``, as with an explicit
+    ``bucket_cap_mb``."""
+    tensors = [GradTensor(str(i), "gradient", size) for i, size in enumerate(sizes_bytes)]
+    first = cap_bytes if first_cap_bytes is None else first_cap_bytes
+    return [b.n_bytes for b in assign_buckets(tensors, cap_bytes, first, grad_bytes_per_param=1)]
 
 
 def zero1_partition(numels: Sequence[int], n: int) -> list[int]:
@@ -75,57 +91,97 @@ def zero1_partition(numels: Sequence[int], n: int) -> list[int]:
     return owned
 
 
+def fsdp_unit_params(spec: ModelSpec) -> list[int]:
+    """Parameters of each ``fully_shard`` unit when every decoder layer is its own unit and the root holds
+    the rest (embeddings, tied head, final norm): [root, layer 0, …, layer L−1].
+
+        >>> from meshplan import load_model
+        >>> fsdp_unit_params(load_model("small-3.7m"))
+        [540928, 786944, 786944, 786944, 786944]
+    """
+    layers = list(spec.layer_params)
+    return [spec.params.total - sum(layers), *layers]
+
+
+def fsdp2_collectives_per_step(unit_params: Sequence[int], resharded: Sequence[bool], micro_batches: int,
+                               sync_every_micro_batch: bool = True, param_bytes: int = 4,
+                               grad_bytes: int = 4) -> dict[str, int]:
+    """FSDP2's collectives on one rank per optimizer step with gradient accumulation over m micro-batches.
+
+    Each unit all-gathers its parameters before its forward in every micro-batch; a unit resharded after
+    forward (``resharded[i]``) gathers them again before its backward; every unit reshards after its
+    backward (``reshard_after_backward`` defaults to True), so the next micro-batch gathers anew. The
+    gradients are reduce-scattered after every backward, or only after the last one when
+    ``set_requires_gradient_sync(False)`` holds them unsharded on the others. With U units of Ψ_i
+    parameters, R of them resharded after forward:
+
+        all-gathers      = m × (U + R)
+        all-gather bytes = m × (Σ Ψ_i + Σ_resharded Ψ_i) × param_bytes   (the gathered output)
+        reduce-scatters  = (m if sync_every_micro_batch else 1) × U
+        reduce-scatter bytes = (m or 1) × Σ Ψ_i × grad_bytes              (the input before scattering)
+
+    Payloads are the logger's convention (``realrun.logger``): bytes per rank on the wire follow from
+    ``meshplan.collectives``. Source: ``torch/distributed/fsdp/_fully_shard`` at torch 2.13:
+    ``_fsdp_param_group.py`` ``post_backward`` (reshard, then reduce-scatter only if ``reduce_grads``),
+    ``_fully_shard.py`` ``set_requires_gradient_sync`` (sets ``reduce_grads``), and ``_fsdp_state.py``
+    ``_lazy_init`` (a root left at the default ``reshard_after_forward=None`` is not resharded after forward).
+    Units: counts and bytes.
+
+        >>> units = [540_928] + [786_944] * 4
+        >>> fsdp2_collectives_per_step(units, [True] * 5, 2)
+        {'all_gathers': 20, 'reduce_scatters': 10, 'all_gather_bytes': 59019264, 'reduce_scatter_bytes': 29509632}
+        >>> fsdp2_collectives_per_step(units, [False] + [True] * 4, 4, sync_every_micro_batch=False)["reduce_scatters"]
+        5
+    """
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"micro_batches={micro_batches!r} must be a positive integer")
+    if len(resharded) != len(unit_params):
+        raise ValueError(f"resharded has {len(resharded)} entries for {len(unit_params)} units")
+    m, units, params = micro_batches, len(unit_params), sum(unit_params)
+    again = [p for p, r in zip(unit_params, resharded) if r]
+    syncs = m if sync_every_micro_batch else 1
+    return {"all_gathers": m * (units + len(again)), "reduce_scatters": syncs * units,
+            "all_gather_bytes": m * (params + sum(again)) * param_bytes,
+            "reduce_scatter_bytes": syncs * params * grad_bytes}
+
+
 def crossing_boundaries(stage_to_rank: Mapping[int, int]) -> int:
     """Stage boundaries s → s+1 whose two stages sit on different ranks (each is crossed by every
     micro-batch's activation forward and its gradient backward)."""
     stages = sorted(stage_to_rank)
-    return sum(stage_to_rank[a] != stage_to_rank[b] for a, b in zip(stages, stages[1:]))
+    return sum(stage_to_rank[a] != stage_to_rank[b] for a, b in pairwise(stages))
 
 
-def replay(order: Mapping[int, Sequence[tuple[str, int, int]]], costs: Mapping[str, int] = COSTS) -> float:
-    """Bubble fraction of a schedule: (makespan − busy time of a rank) ÷ busy time.
+def torch_order(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1) -> dict[int, list[tuple]]:
+    """``meshplan.schedule.orders`` written as a ``pipeline_order`` in torch's names, with model stage indices
+    (``meshplan.schedule.position``), to compare with ``torch.distributed.pipelining``'s own.
 
-    ``order[rank]`` lists ``(kind, stage, microbatch)`` with kind F, B (full backward), I (input
-    gradient) or W (weight gradient), in the order the rank runs them. Raises ValueError if the order
-    deadlocks or ranks are unequally loaded.
+        >>> torch_order("dualpipev", 1, 2)[0][:3]
+        [('F', 0, 0), ('F', 1, 0), ('F', 0, 1)]
     """
-    stages = {s for acts in order.values() for _, s, _ in acts}
-    last = max(stages)
-    done: dict[tuple[str, int, int], int] = {}
-    clock = {r: 0 for r in order}
-    pos = {r: 0 for r in order}
-    busy = {r: sum(costs[k] for k, _, _ in acts) for r, acts in order.items()}
-    if len(set(busy.values())) != 1:
-        raise ValueError(f"ranks are unequally loaded: {busy}")
+    names = {ours: theirs for theirs, ours in TORCH_KINDS.items()}
+    out = {}
+    for d, ops in enumerate(schedule_orders(kind, pp, micro_batches, virtual_stages)):
+        def stage(chunk: int | None, d: int = d) -> int:
+            return position(kind, pp, d, chunk or 0)
+        out[d] = [(names[o.kind], stage(o.chunk), o.micro_batch) if o.kind != "F&B" else
+                  (names[o.kind], stage(o.chunk), o.micro_batch, stage(o.bw_chunk), o.bw_micro_batch) for o in ops]
+    return out
 
-    def deps(kind, s, mb):
-        if kind == "F":
-            return [("F", s - 1, mb)] if s > 0 else []
-        if kind in ("B", "I"):
-            own = [("F", s, mb)]
-            if s < last:
-                nxt = ("B", s + 1, mb) if ("B", s + 1, mb) in wanted else ("I", s + 1, mb)
-                own.append(nxt)
-            return own
-        return [("I", s, mb)]   # W
 
-    wanted = {(k, s, mb) for acts in order.values() for k, s, mb in acts}
-    remaining = sum(len(a) for a in order.values())
-    while remaining:
-        progressed = False
-        for r, acts in order.items():
-            while pos[r] < len(acts):
-                act = acts[pos[r]]
-                ds = deps(*act)
-                if any(d not in done for d in ds):
-                    break
-                start = max([clock[r]] + [done[d] for d in ds])
-                clock[r] = done[act] = start + costs[act[0]]
-                pos[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            stuck = {r: order[r][pos[r]] for r in order if pos[r] < len(order[r])}
-            raise ValueError(f"schedule deadlocks at {stuck}")
-    work = next(iter(busy.values()))
-    return (max(clock.values()) - work) / work
+def replay(order: Mapping[int, Sequence[tuple]]) -> Timeline:
+    """``meshplan.schedule.replay`` of a ``pipeline_order`` written in torch's names: ``order[rank]`` lists
+    ``(kind, stage, microbatch)`` with kind F, B (full backward), I (input gradient) or W (weight gradient),
+    or ``("OVERLAP_F_B", forward stage, forward micro-batch, backward stage, backward micro-batch)``; every
+    operation takes one unit (a full backward two, an overlapped pair three), communication is free.
+    ValueError if the order deadlocks or the ranks are unequally loaded."""
+    converted = {}
+    for rank, acts in order.items():
+        row = []
+        for a in acts:
+            if a[0] not in TORCH_KINDS:
+                raise ValueError(f"rank {rank}: unknown computation type {a[0]!r}")
+            kind = TORCH_KINDS[a[0]]
+            row.append((kind, a[1], a[2]) if kind != "F&B" else (kind, a[1], a[2], a[3], a[4]))
+        converted[rank] = row
+    return replay_order(converted)

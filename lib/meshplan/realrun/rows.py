@@ -14,7 +14,7 @@ from pathlib import Path
 from ..resources import DATA_DIR
 
 RESULTS_PATH = DATA_DIR / "realrun_results.json"
-DIMENSIONS = ("ddp", "fsdp", "zero1", "tp", "pp", "collectives")
+DIMENSIONS = ("ddp", "fsdp", "fsdp_accum", "zero1", "tp", "pp", "collectives")
 
 
 @dataclass(frozen=True)

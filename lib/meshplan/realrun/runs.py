@@ -4,7 +4,6 @@ and returns plain numbers measured on that rank. Seeded, fixed shapes, a few ste
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections import Counter
 
@@ -75,6 +74,41 @@ def fsdp_worker(rank, world, reshard_after_forward, steps=2):
     }
 
 
+def fsdp_accum_worker(rank, world, configs, steps=1):
+    """FSDP2 with gradient accumulation: for each ``(reshard_after_forward, sync_last_only, m)`` in
+    ``configs`` a fresh model (each block and the root a ``fully_shard`` unit; ``reshard_after_forward``
+    None leaves FSDP2's default), ``steps`` optimizer steps of m micro-batches each, the loss divided by m.
+    With ``sync_last_only`` the gradients are reduce-scattered only on the last micro-batch
+    (``set_requires_gradient_sync(False)`` on the others). Returns the last step's calls per config."""
+    from torch.distributed.fsdp import fully_shard
+
+    out = []
+    for reshard_after_forward, sync_last_only, m in configs:
+        model = build_small()
+        kw = {} if reshard_after_forward is None else {"reshard_after_forward": reshard_after_forward}
+        for blk in model.blocks:
+            fully_shard(blk, **kw)
+        root = fully_shard(model, **kw)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        with CollectiveLogger() as log:
+            for it in range(steps):
+                for j in range(m):
+                    if sync_last_only:
+                        root.set_requires_gradient_sync(j == m - 1)
+                    x, y = batch(1000 + (it * m + j) * world + rank, MICRO_B, SEQ, 2048)
+                    log.phase = "forward"
+                    loss = loss_fn(model(x), y) / m
+                    log.phase = "backward"
+                    loss.backward()
+                log.phase = "step"
+                opt.step()
+                opt.zero_grad()
+                log.phase = ""
+                calls = _calls(log)
+        out.append(calls)
+    return out
+
+
 # ------------------------------------------------------------------------------------------- ZeRO-1
 def zero1_worker(rank, world, steps=2):
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -95,9 +129,14 @@ def zero1_worker(rank, world, steps=2):
 def tp_worker(rank, world, fused_qkv, sequence_parallel):
     """The four blocks of the small model under DTensor TP, on an input of shape (b, s, h)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Partial, Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
 
     mesh = init_device_mesh("cpu", (world,))
     model = build_small(fused_qkv=fused_qkv)
@@ -125,11 +164,10 @@ def tp_worker(rank, world, fused_qkv, sequence_parallel):
             y = blk(y)
         log.phase = "backward"
         y.pow(2).mean().backward()
-    partial = [p for p in model.blocks.parameters()
-               if p.grad is not None and hasattr(p.grad, "placements")
-               and any(isinstance(pl, Partial) for pl in p.grad.placements)]
+    partial = [g for g in (p.grad for p in model.blocks.parameters())
+               if isinstance(g, DTensor) and any(isinstance(pl, Partial) for pl in g.placements)]
     return {"calls": _calls(log), "layers": len(model.blocks), "shape": [MICRO_B, SEQ, model.wte.embedding_dim],
-            "partial_grad_bytes": sum(p.grad.to_local().numel() * p.grad.element_size() for p in partial)}
+            "partial_grad_bytes": sum(g.to_local().numel() * g.element_size() for g in partial)}
 
 
 # ------------------------------------------------------------------------------------------- PP
@@ -185,8 +223,10 @@ def pp_worker(rank, world, schedule, virtual, micro_batches, steps=2):
 # ------------------------------------------------------------------------------------------- orders
 def schedule_orders(rank, world, p: int, micro_batches: int, names_v: list[tuple[str, int]]):
     """Each schedule's ``pipeline_order`` for p ranks, built in this process over a fake process group
-    (no data moves). Returns {name: {rank: [(kind, stage, microbatch), ...]}} with compute actions only;
-    Schedule1F1B's last rank numbers its forwards 1..m, which is renumbered to 0..m−1."""
+    (no data moves). Returns {name: {rank: [action, ...]}} with compute actions only, in torch's names:
+    ``(kind, stage, microbatch)`` with kind F, B, I or W, or ``("OVERLAP_F_B", stage, microbatch, backward
+    stage, backward microbatch)``. The V-shaped schedules (ZBVZeroBubble, DualPipeV) put stages r and
+    2p−1−r on rank r. Schedule1F1B's last rank numbers its forwards 1..m, which is renumbered to 0..m−1."""
     import torch.distributed.pipelining.schedules as S
     from torch.distributed.pipelining import PipelineStage
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -196,23 +236,26 @@ def schedule_orders(rank, world, p: int, micro_batches: int, names_v: list[tuple
     try:
         for name, v in names_v:
             n = p * v
-            idx = [0, n - 1] if name == "ZBVZeroBubble" else [p * i for i in range(v)]
+            idx = [0, n - 1] if name in ("ZBVZeroBubble", "DualPipeV") else [p * i for i in range(v)]
             stages = [PipelineStage(torch.nn.Linear(2, 2), i, n, torch.device("cpu")) for i in idx]
             single = name in ("GPipe", "1F1B")
             sched = getattr(S, f"Schedule{name}")(stages[0] if single else stages, micro_batches)
             order = {}
             for r, acts in sched.pipeline_order.items():
-                rows = []
+                rows: list[tuple] = []
                 for a in acts:
-                    if a is None:
-                        continue
-                    kind = {"F": "F", "B": "B", "I": "I", "W": "W"}.get(a.computation_type.value)
-                    if kind:
+                    kind = None if a is None else a.computation_type.value
+                    if kind == "OVERLAP_F_B":
+                        fwd, bwd = a.sub_actions
+                        rows.append((kind, fwd.stage_index, fwd.microbatch_index, bwd.stage_index,
+                                     bwd.microbatch_index))
+                    elif kind in ("F", "B", "I", "W"):
                         rows.append((kind, a.stage_index, a.microbatch_index))
-                for s in {st for _, st, _ in rows}:
-                    fw = sorted(mb for k, st, mb in rows if k == "F" and st == s)
+                for s in {row[1] for row in rows}:
+                    fw = sorted(row[2] for row in rows if row[0] == "F" and row[1] == s)
                     if fw == list(range(1, micro_batches + 1)):
-                        rows = [(k, st, mb - 1 if (k == "F" and st == s) else mb) for k, st, mb in rows]
+                        rows = [(k, st, mb - 1, *rest) if (k == "F" and st == s) else (k, st, mb, *rest)
+                                for k, st, mb, *rest in rows]
                 order[r] = rows
             out[name] = order
     finally:
@@ -247,5 +290,3 @@ def counts(calls, phase=None):
     """Counter of kinds among ``calls`` (optionally one phase)."""
     return Counter(k for k, ph, _, _ in calls if phase is None or ph == phase)
 
-
-os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
