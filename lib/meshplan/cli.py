@@ -149,19 +149,28 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 
 # ---------------------------------------------------------------- plan
 def _plan(args) -> int:
+    from .steptime import step_report
+
     report = evaluate(plan_from_args(args))
-    _print(json.dumps(report.to_dict()) if args.json else format_report(report))
+    if args.json:
+        _print(json.dumps({**report.to_dict(), **step_report(report)}))
+    else:
+        _print(format_report(report))
     return 0
 
 
 # ---------------------------------------------------------------- search
 def _search(args) -> int:
+    from dataclasses import replace
+
     from .search import format_search, search
+    from .steptime import execution_for
 
     result = search(args.model, args.gpus, args.seq, args.global_batch, hardware=args.hardware,
                     gpus_per_node=args.gpus_per_node,
                     gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
-                    order=args.order, accounting=args.accounting)
+                    order=args.order, accounting=args.accounting,
+                    execution=replace(execution_for(args.accounting), pipeline=args.pipeline))
     if args.json:
         _print(json.dumps([c.to_dict(i) for i, c in enumerate(result.ranked[:args.top], 1)]))
     else:
@@ -180,6 +189,8 @@ def _add_search(sub) -> None:
                    help="sequences per step")
     p.add_argument("--top", type=_int("top", 10**6), default=10)
     p.add_argument("--order", type=_order, default=DEFAULT_ORDER)
+    p.add_argument("--pipeline", choices=("1f1b", "dualpipe"), default="1f1b",
+                   help="pipeline schedule the step time assumes (dualpipe where the plan allows it)")
     _accounting_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of the top plan reports")
     p.set_defaults(run=_search)

@@ -776,6 +776,9 @@ def _model_parts_cached(layers: tuple[LayerSpec, ...], h: int, vocab: int, s: in
     return first, last
 
 
+_STAGE_CACHE: dict[tuple, tuple[tuple[LayerSpec, ...], tuple[float, float]]] = {}
+
+
 def spec_implementation(spec: ModelSpec) -> Implementation:
     """The ``Implementation`` of a ``ModelSpec``'s family (flagship defaults, the final softcap from the spec)."""
     return replace(implementation(spec.family), final_softcap=spec.final_logit_softcapping is not None)
@@ -800,8 +803,16 @@ def stage_bytes(spec: ModelSpec, layers: range, seq: int, batch: int, *, recompu
         raise ValueError(f"model {spec.name!r} has no per-layer description (ModelSpec.layers is empty)")
     _positive(seq=seq, batch=batch, tp=tp)
     sp = tp > 1 if sp is None else sp
+    key = (id(spec.layers), layers.start, layers.stop, layers.step, seq, batch, recompute, tp, sp, first, last, device)
+    hit = _STAGE_CACHE.get(key)
+    if hit is not None and hit[0] is spec.layers:   # the layers tuple is kept alive, so its id is not reused
+        return hit[1]
     impl = spec_implementation(spec)
     h = spec.hidden_size
     in_layers = sum(_layer_bytes_cached(spec.layers[i], h, seq, batch, impl, recompute, tp, sp, device) for i in layers)
     f, l_ = _model_parts_cached(tuple(spec.layers), h, spec.vocab_size, seq, batch, impl, recompute, tp, sp, device)
-    return in_layers, (f if first else 0.0) + (l_ if last else 0.0)
+    out = (in_layers, (f if first else 0.0) + (l_ if last else 0.0))
+    if len(_STAGE_CACHE) > 65536:
+        _STAGE_CACHE.clear()
+    _STAGE_CACHE[key] = (spec.layers, out)
+    return out
