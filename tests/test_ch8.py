@@ -35,7 +35,8 @@ def test_three_things_to_try_on_one_machine():
     assert (gb(tp8.memory_bytes["activations"]), gb(tp8.memory_bytes["total"]), tp8.fits) == ("5.7 GB", "61.3 GB", True)
     assert (dp_sel.heaviest_dim, tp8.heaviest_dim) == ("dp", "tp")
     assert (gb(dp_full.comm_bytes_per_step["dp"]), gb(tp8.comm_bytes_per_step["tp"])) == ("145.9 GB", "150.3 GB")
-    assert f"{step_time(tp8).tp_s:.2f}" == "0.94"
+    # 150.3 GB at 160 GB/s × the fitted link efficiency, plus NCCL's latency per collective step (steptime)
+    assert f"{step_time(tp8).tp_s:.2f}" == "1.39"
     # 3. TP 2 x PP 4: the bubble as m goes 8 -> 32
     m32 = evaluate(lab_plan({**LAB_8_GPUS[3], "micro_batches": 32}))
     assert (fmt_pct(tp2pp4.bubble), fmt_pct(m32.bubble)) == ("37.5 %", "9.4 %")
@@ -124,7 +125,9 @@ def test_deepseek_v3_evaluated():
     assert (gb(r.memory_bytes["total"]), r.fits, r.stage) == ("66.8 GB", True, 2)
     assert (gb(r.comm_bytes_per_step["ep"]), r.link["ep"], r.heaviest_dim) == ("887.9 GB", "infiniband", "ep")
     st = step_time(r)
-    assert (f"{st.ep_s:.1f}", f"{st.compute_s:.1f}", f"{st.ep_s / st.compute_s:.2f}") == ("17.8", "16.9", "1.05")
+    # the lab ledger sends every token's hidden state to all 8 experts in bf16 (DeepSeek-V3 dispatches FP8 to at most
+    # 4 nodes), so its all-to-all outweighs the compute: 1.55, against the report's "approximately 1:1"
+    assert (f"{st.ep_s:.1f}", f"{st.compute_s:.1f}", f"{st.ep_s / st.compute_s:.2f}") == ("23.9", "15.4", "1.55")
 
 
 def test_deepseek_ep_spans_eight_nodes_only_in_megatron_order():

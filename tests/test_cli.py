@@ -60,7 +60,7 @@ BAD = {
                      ["seq=999999999999…", "(300 digits) is more than the 67,108,864 this library plans for"]),
     "invalid_json": ("--model {tmp}/broken.json --gpus 8", ["malformed config", "invalid JSON", "broken.json"]),
     "missing_hidden_size": ("--model {tmp}/nohidden.json --gpus 8", ["missing key 'hidden_size'", "nohidden.json"]),
-    "unsupported_type": ("--model {tmp}/mamba.json --gpus 8", ["unsupported model_type 'mamba'"]),
+    "unsupported_type": ("--model {tmp}/mamba.json --gpus 8", ["model_type 'mamba'", "missing key 'hidden_size'"]),
     "no_command": ("", ["a command is required"]),
     "missing_model": ("--gpus 8", ["--model"]),
 }

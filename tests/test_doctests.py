@@ -10,11 +10,14 @@ import pytest
 
 import meshplan
 
-WITHOUT_EXAMPLES = ["__init__", "cli"]  # still run: any example added later must pass
+ALL = sorted(m.name.removeprefix("meshplan.") for m in pkgutil.walk_packages(meshplan.__path__, "meshplan."))
 NOT_IMPORTED = ["__main__"]  # runs the command line on import
-# every other module of the package must carry at least one example in its docstrings
-WITH_EXAMPLES = sorted({m.name for m in pkgutil.iter_modules(meshplan.__path__)}
-                       - set(WITHOUT_EXAMPLES) - set(NOT_IMPORTED))
+# every top-level module must carry at least one example; these are still run (any example must pass)
+WITHOUT_EXAMPLES = ["__init__", "cli", "measure"]
+TOP = [n for n in ALL if "." not in n]
+WITH_EXAMPLES = sorted(set(TOP) - set(WITHOUT_EXAMPLES) - set(NOT_IMPORTED))
+# modules inside subpackages (models, realrun, schedule, widgets): their examples run, none is required
+SUBMODULES = [n for n in ALL if "." in n]
 
 
 def test_core_modules_are_covered():
@@ -23,10 +26,12 @@ def test_core_modules_are_covered():
 
 
 def _module(name: str):
+    if name.startswith("realrun.") and name != "realrun.predict":
+        pytest.importorskip("torch")
     return meshplan if name == "__init__" else importlib.import_module(f"meshplan.{name}")
 
 
-@pytest.mark.parametrize("name", WITH_EXAMPLES + WITHOUT_EXAMPLES)
+@pytest.mark.parametrize("name", WITH_EXAMPLES + WITHOUT_EXAMPLES + SUBMODULES)
 def test_doctests(name):
     if name == "derive":
         pytest.importorskip("sympy")

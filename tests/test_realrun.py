@@ -202,21 +202,21 @@ def test_torch_dualpipev_runs_the_library_order(quick_rows):
 
 
 def test_fsdp2_prediction_formula():
-    units = predict.fsdp_unit_params(meshplan.load_model("small-3.7m"))
+    units = zero.fsdp_unit_params(meshplan.load_model("small-3.7m"))
     assert units == [540_928] + [786_944] * 4 and sum(units) == PSI
     for m in (1, 2, 4):
         for resharded in ([True] * 5, [False] + [True] * 4, [False] * 5):
             r = sum(resharded)
             for sync in (True, False):
-                got = predict.fsdp2_collectives_per_step(units, resharded, m, sync)
+                got = zero.fsdp2_collectives_per_step(units, resharded, m, sync)
                 syncs = m if sync else 1
                 assert got == {"all_gathers": m * (5 + r), "reduce_scatters": syncs * 5,
                                "all_gather_bytes": 4 * m * (PSI + sum(u for u, x in zip(units, resharded) if x)),
                                "reduce_scatter_bytes": 4 * syncs * PSI}
     with pytest.raises(ValueError, match="micro_batches=0"):
-        predict.fsdp2_collectives_per_step(units, [True] * 5, 0)
+        zero.fsdp2_collectives_per_step(units, [True] * 5, 0)
     with pytest.raises(ValueError, match="4 entries for 5 units"):
-        predict.fsdp2_collectives_per_step(units, [True] * 4, 1)
+        zero.fsdp2_collectives_per_step(units, [True] * 4, 1)
 
 
 def test_nothing_happens_at_import():

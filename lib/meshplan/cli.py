@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import json
 import math
 import os
@@ -216,9 +215,69 @@ def _add_export(sub) -> None:
     p.set_defaults(run=_export)
 
 
+# ---------------------------------------------------------------- schedule
+def _time(name: str) -> Callable[[str], float]:
+    """A time option: parsed as a number here, validated by the library (``schedule.check_times``)."""
+    def conv(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}={text[:40]!r} must be a non-negative number") from None
+        return int(value) if value.is_integer() else value
+    return conv
+
+
+def _schedule(args) -> int:
+    from .schedule import format_timeline, simulate
+
+    t = simulate(args.kind, args.pp, args.micro_batches, args.virtual_stages, args.f, args.b, args.w)
+    _print(json.dumps(t.to_dict()) if args.json else format_timeline(t))
+    return 0
+
+
+def _add_schedule(sub) -> None:
+    from .schedule import KINDS
+
+    p = sub.add_parser("schedule", help="simulate a pipeline schedule: timeline, bubble, peak activations")
+    p.add_argument("--kind", required=True, choices=KINDS)
+    p.add_argument("--pp", required=True, type=_int("pp", MAX_GPUS))
+    p.add_argument("--micro-batches", required=True, type=_int("micro-batches", MAX_MICRO_BATCHES))
+    p.add_argument("--virtual-stages", type=_int("virtual-stages", MAX_VIRTUAL_STAGES), default=1)
+    p.add_argument("--f", type=_time("f"), default=1, help="forward time of one micro-batch through one stage")
+    p.add_argument("--b", type=_time("b"), default=1, help="backward-for-inputs time")
+    p.add_argument("--w", type=_time("w"), default=1, help="backward-for-weights time")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=_schedule)
+
+
+# ---------------------------------------------------------------- validate
+def _validate(args) -> int:
+    from .realrun import format_table, validate
+
+    rows, _ = validate(args.quick, args.output)
+    if args.json:
+        _print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False))
+    else:
+        failed = [r for r in rows if r.failed]
+        _print(format_table(rows) + f"\n\n{len(rows)} rows: {sum(r.agrees for r in rows)} agree, "
+               f"{sum(not r.agrees and not r.exact for r in rows)} depart as explained, {len(failed)} exact rows differ")
+    for r in rows:
+        if r.failed:
+            print(f"meshplan: exact row differs: {r.check}: predicted {r.predicted}, measured {r.measured}",
+                  file=sys.stderr)
+    return 1 if any(r.failed for r in rows) else 0
+
+
+def _add_validate(sub) -> None:
+    p = sub.add_parser("validate", help="check the formulas against real PyTorch runs (gloo, CPU, forked ranks)")
+    p.add_argument("--quick", action="store_true", help="ranks ≤ 4 only (the CI subset)")
+    p.add_argument("--json", action="store_true", help="print the rows as one JSON list")
+    p.add_argument("--output", default=None, help="also write the results document (rows + provenance) here; "
+                                                  "its folder must exist (checked before any run)")
+    p.set_defaults(run=_validate)
+
+
 # ---------------------------------------------------------------- the parser
-# Sub-commands whose options still live in their own module (each defines ``add_command(subparsers)``).
-COMMAND_MODULES: tuple[str, ...] = ("realrun", "schedule")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,8 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_plan)
     _add_search(sub)
     _add_export(sub)
-    for name in COMMAND_MODULES:
-        importlib.import_module(f"meshplan.{name}").add_command(sub)
+    _add_schedule(sub)
+    _add_validate(sub)
     return parser
 
 

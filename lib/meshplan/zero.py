@@ -25,6 +25,7 @@ buffers, no fragmentation. Units: bytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from .collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
@@ -209,3 +210,58 @@ def zero_sync_bytes(n: int, grad_bytes: float, zero_stage: int = 0) -> float:
         145.9
     """
     return sum(zero_sync_terms(n, grad_bytes, zero_stage).values())
+
+
+# ---------------------------------------------------------------- FSDP2 unit by unit (what torch actually runs)
+def fsdp_unit_params(spec) -> list[int]:
+    """Parameters of each ``fully_shard`` unit of a ``ModelSpec`` when every decoder layer is its own unit and the
+    root holds the rest (embeddings, tied head, final norm): [root, layer 0, …, layer L−1].
+
+        >>> from meshplan import load_model
+        >>> fsdp_unit_params(load_model("small-3.7m"))
+        [540928, 786944, 786944, 786944, 786944]
+    """
+    layers = list(spec.layer_params)
+    return [spec.params.total - sum(layers), *layers]
+
+
+def fsdp2_collectives_per_step(unit_params: Sequence[int], resharded: Sequence[bool], micro_batches: int,
+                               sync_every_micro_batch: bool = True, param_bytes: int = 4,
+                               grad_bytes: int = 4) -> dict[str, int]:
+    """FSDP2's collectives on one rank per optimizer step with gradient accumulation over m micro-batches.
+
+    Each unit all-gathers its parameters before its forward in every micro-batch; a unit resharded after
+    forward (``resharded[i]``) gathers them again before its backward; every unit reshards after its
+    backward (``reshard_after_backward`` defaults to True), so the next micro-batch gathers anew. The
+    gradients are reduce-scattered after every backward, or only after the last one when
+    ``set_requires_gradient_sync(False)`` holds them unsharded on the others. With U units of Ψ_i
+    parameters, R of them resharded after forward:
+
+        all-gathers      = m × (U + R)
+        all-gather bytes = m × (Σ Ψ_i + Σ_resharded Ψ_i) × param_bytes   (the gathered output)
+        reduce-scatters  = (m if sync_every_micro_batch else 1) × U
+        reduce-scatter bytes = (m or 1) × Σ Ψ_i × grad_bytes              (the input before scattering)
+
+    Payloads are the logger's convention (``realrun.logger``): bytes per rank on the wire follow from
+    ``meshplan.collectives``. Source: ``torch/distributed/fsdp/_fully_shard`` at torch 2.13:
+    ``_fsdp_param_group.py`` ``post_backward`` (reshard, then reduce-scatter only if ``reduce_grads``),
+    ``_fully_shard.py`` ``set_requires_gradient_sync`` (sets ``reduce_grads``), and ``_fsdp_state.py``
+    ``_lazy_init`` (a root left at the default ``reshard_after_forward=None`` is not resharded after forward).
+    Units: counts and bytes.
+
+        >>> units = [540_928] + [786_944] * 4
+        >>> fsdp2_collectives_per_step(units, [True] * 5, 2)
+        {'all_gathers': 20, 'reduce_scatters': 10, 'all_gather_bytes': 59019264, 'reduce_scatter_bytes': 29509632}
+        >>> fsdp2_collectives_per_step(units, [False] + [True] * 4, 4, sync_every_micro_batch=False)["reduce_scatters"]
+        5
+    """
+    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+        raise ValueError(f"micro_batches={micro_batches!r} must be a positive integer")
+    if len(resharded) != len(unit_params):
+        raise ValueError(f"resharded has {len(resharded)} entries for {len(unit_params)} units")
+    m, units, params = micro_batches, len(unit_params), sum(unit_params)
+    again = [p for p, r in zip(unit_params, resharded) if r]
+    syncs = m if sync_every_micro_batch else 1
+    return {"all_gathers": m * (units + len(again)), "reduce_scatters": syncs * units,
+            "all_gather_bytes": m * (params + sum(again)) * param_bytes,
+            "reduce_scatter_bytes": syncs * params * grad_bytes}

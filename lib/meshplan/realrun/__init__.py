@@ -12,7 +12,7 @@ Importing this package does not import torch; the runs do (``pip install torch==
   ``meshplan.schedule`` for the replay of torch's schedules) once the small model is described in its terms;
   ZeRO-1's partition; FSDP2's collectives per step with m micro-batches.
 * ``checks``: predicted (the library) against measured, as ``rows.Row``.
-* ``command``: ``validate(quick, output) -> (rows, document)`` and ``python -m meshplan validate [--quick]
+* ``command``: ``validate(quick, output) -> (rows, document)``, which ``meshplan validate [--quick]
   [--json] [--output FILE]``.
 
 Nothing happens at import: no model is loaded, no environment variable is set.
@@ -24,8 +24,8 @@ Nothing happens at import: no model is loaded, no environment variable is set.
 
 from __future__ import annotations
 
-from .command import add_command, run_checks, validate
+from .command import run_checks, validate
 from .rows import RESULTS_PATH, Row, format_table, load_results, rows_from_results
 
-__all__ = ["RESULTS_PATH", "Row", "add_command", "format_table", "load_results", "rows_from_results", "run_checks",
+__all__ = ["RESULTS_PATH", "Row", "format_table", "load_results", "rows_from_results", "run_checks",
            "validate"]

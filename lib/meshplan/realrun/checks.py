@@ -158,20 +158,20 @@ FSDP_ACCUM_VARIANTS = (
 
 def fsdp_accum_rows(n: int, micro_batches: tuple[int, ...]) -> list[Row]:
     """FSDP2 with gradient accumulation over m micro-batches: all-gathers, reduce-scatters and their
-    payloads per optimizer step, against ``predict.fsdp2_collectives_per_step``."""
+    payloads per optimizer step, against ``zero.fsdp2_collectives_per_step``."""
     from .runs import fsdp_accum_worker
     configs = [(raf, last_only, m) for _, raf, last_only in FSDP_ACCUM_VARIANTS for m in micro_batches]
     res = run_ranks(fsdp_accum_worker, n, (configs,))[0]
-    units = predict.fsdp_unit_params(small())
+    units = zero.fsdp_unit_params(small())
     rows = []
     for ((label, raf, last_only), m), step in zip(
             ((v, m) for v in FSDP_ACCUM_VARIANTS for m in micro_batches), res, strict=True):
         # FSDP2's default (None) reshards every unit but the root after forward (_fsdp_state.py _lazy_init)
         resharded = [raf is not False and not (raf is None and i == 0) for i in range(len(units))]
-        pred = predict.fsdp2_collectives_per_step(units, resharded, m, sync_every_micro_batch=not last_only,
+        pred = zero.fsdp2_collectives_per_step(units, resharded, m, sync_every_micro_batch=not last_only,
                                                   param_bytes=FP32, grad_bytes=FP32)
         name = f"FSDP2 N={n}, {label}, m={m}"
-        why = (f"predict.fsdp2_collectives_per_step: {len(units)} units (the root and {len(units) - 1} blocks), "
+        why = (f"zero.fsdp2_collectives_per_step: {len(units)} units (the root and {len(units) - 1} blocks), "
                f"{sum(resharded)} resharded after forward"
                + (" (FSDP2's default keeps the root's parameters gathered from forward to backward)"
                   if raf is None else "")

@@ -112,29 +112,3 @@ def validate(quick: bool = True, output: Path | str | None = None) -> tuple[list
     if path is not None:
         _write(path, doc)
     return rows, doc
-
-
-def _validate(args) -> int:
-    from .rows import format_table
-
-    rows, _ = validate(args.quick, args.output)
-    if args.json:
-        print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False))
-    else:
-        print(format_table(rows))
-        failed = [r for r in rows if r.failed]
-        print(f"\n{len(rows)} rows: {sum(r.agrees for r in rows)} agree, "
-              f"{sum(not r.agrees and not r.exact for r in rows)} depart as explained, {len(failed)} exact rows differ")
-    for r in rows:
-        if r.failed:
-            print(f"meshplan: exact row differs: {r.check}: predicted {r.predicted}, measured {r.measured}",
-                  file=sys.stderr)
-    return 1 if any(r.failed for r in rows) else 0
-
-
-def add_command(subparsers) -> None:
-    p = subparsers.add_parser("validate", help="check the formulas against real PyTorch runs (gloo, CPU, forked ranks)")
-    p.add_argument("--quick", action="store_true", help="ranks ≤ 4 only (the CI subset)")
-    p.add_argument("--json", action="store_true", help="print the rows as one JSON list")
-    p.add_argument("--output", default=None, help="also write the results document (rows + provenance) here")
-    p.set_defaults(run=_validate)

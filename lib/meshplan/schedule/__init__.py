@@ -10,7 +10,6 @@ A schedule is, for each device (pipeline rank), the ordered list of the operatio
   ``Timeline``, ``Event``, ``compare_kinds``);
 * ``formulas``: the published bubbles in closed form (``formula_bubble``), for any size;
 * ``text``: a timeline as text (``format_timeline``);
-* ``command``: the ``schedule`` sub-command (argparse only).
 
     >>> t = simulate("dualpipev", 4, 8)
     >>> t.bubble == formula_bubble("dualpipev", 4, 8), t.chunks_per_device, t.parameter_copies
@@ -25,7 +24,6 @@ A schedule is, for each device (pipeline rank), the ordered list of the operatio
 
 from __future__ import annotations
 
-from .command import add_command
 from .formulas import formula_bubble
 from .inputs import KINDS, MAX_FORWARDS, NAMES, OP_KINDS, check, check_size, check_times
 from .order import Op, model_stages, orders, position
@@ -41,7 +39,6 @@ __all__ = [
            "Event",
            "Op",
            "Timeline",
-           "add_command",
            "check",
            "check_size",
            "check_times",
