@@ -2,7 +2,11 @@
 #   make venv      create .venv and install requirements.txt (re-runs only when it changes)
 #   make chromium  install Debian's chromium (headless browser tests) if missing
 #   make book      execute every notebook and build the HTML site, failing on any warning
-#   make test      book + unit tests + strict nbval + site/browser checks
+#   make test      unit, property, CLI and doctest tests + strict nbval (each notebook executed once), then
+#                  the site built from the outputs nbval has just verified, then the site/browser checks
+#   make check     the inner loop: unit and property tests only (no browser, no notebooks, no torch runs)
+#   make lint      ruff (lint and format) and mypy
+#   make lab       JupyterLab on 127.0.0.1 with live widgets (chapter 1)
 #   make clean     remove build outputs; `make distclean` also removes .venv
 
 SHELL := /bin/bash
@@ -16,7 +20,11 @@ STAMP    := $(VENV)/.requirements.stamp
 CHROMIUM := /usr/bin/chromium
 BUILD_LOG := _build/book.log
 
-.PHONY: venv chromium book test clean distclean
+PYTEST   := $(VENV_BIN)/python -m pytest
+NBVAL    := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env --nbval-cell-timeout=300
+STORED_CONFIG := _build/config-stored.yml
+
+.PHONY: venv chromium book book-stored test check lint clean distclean
 
 venv: $(STAMP)
 
@@ -47,8 +55,31 @@ book: venv
 	@if grep -q 'build finished with problems' $(BUILD_LOG); then \
 	  echo "book: the build emitted warnings (see $(BUILD_LOG))" >&2; exit 1; fi
 
-test: venv chromium book
-	$(VENV_BIN)/python -m pytest
+# The same site without executing the notebooks: their stored outputs, which strict nbval verifies against a
+# fresh run in `make test` just before (so each notebook executes once per `make test`).
+book-stored: venv
+	@mkdir -p _build
+	sed 's/^  execute_notebooks: force$$/  execute_notebooks: "off"/' _config.yml > $(STORED_CONFIG)
+	@grep -q 'execute_notebooks: "off"' $(STORED_CONFIG)
+	MESHPLAN_STATIC=1 $(VENV_BIN)/jupyter-book build -W -n --keep-going --all --config $(STORED_CONFIG) . 2>&1 \
+	  | tee $(BUILD_LOG)
+	@if grep -q 'build finished with problems' $(BUILD_LOG); then \
+	  echo "book: the build emitted warnings (see $(BUILD_LOG))" >&2; exit 1; fi
+
+# 1. everything but the built site (strict nbval executes every notebook once); 2. the site from those outputs;
+# 3. the site's offline, layout and browser checks.
+test: venv chromium
+	$(PYTEST) $(NBVAL) -m "not site" tests notebooks
+	$(MAKE) --no-print-directory book-stored
+	$(PYTEST) -m site tests
+
+check: venv
+	$(PYTEST) -m "not browser and not slow" tests
+
+lint: venv
+	$(VENV_BIN)/ruff check lib tests scripts
+	$(VENV_BIN)/ruff format --check lib tests scripts
+	$(VENV_BIN)/mypy
 
 # Take the course in JupyterLab: every exercise is a live widget that calls the library as you move it.
 # Serves this folder on 127.0.0.1 and opens chapter 1 in your browser (the other chapters are in notebooks/).
