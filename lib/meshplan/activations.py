@@ -31,17 +31,22 @@ Table 2 lists 2sbh without SP). Units: bytes.
 
 from __future__ import annotations
 
+from .dims import check_count
+
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 
-def activation_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, recompute: str = "none",
-                               sp: bool | None = None) -> float:
+def activation_bytes_per_layer(
+    s: int, b: int, h: int, a: int, t: int = 1, recompute: str = "none", sp: bool | None = None
+) -> float:
     """Bytes of activations one layer stores for one micro-batch on one GPU (Korthikanti Table 2).
 
     ``sp`` (sequence parallel) defaults to ``t > 1``.
     """
     if recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute={recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
+    for name, x in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
+        check_count(name, x)
     if sp is None:
         sp = t > 1
     sbh = s * b * h
@@ -60,16 +65,35 @@ def pipeline_inflight_layers(num_layers: int, pp: int = 1, micro_batches: int = 
         >>> pipeline_inflight_layers(64, pp=8, micro_batches=32, virtual_stages=4)
         78.0
     """
+    for name, x in (
+        ("num_layers", num_layers),
+        ("pp", pp),
+        ("micro_batches", micro_batches),
+        ("virtual_stages", virtual_stages),
+    ):
+        check_count(name, x)
     layers = num_layers / pp * min(micro_batches, pp)
     if virtual_stages > 1:
         layers *= 1 + (pp - 1) / (pp * virtual_stages)
     return layers
 
 
-def activation_bytes(s: int, b: int, h: int, a: int, num_layers: int, t: int = 1, recompute: str = "none",
-                     sp: bool | None = None, pp: int = 1, micro_batches: int = 1, virtual_stages: int = 1,
-                     cp: int = 1) -> float:
+def activation_bytes(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    num_layers: int,
+    t: int = 1,
+    recompute: str = "none",
+    sp: bool | None = None,
+    pp: int = 1,
+    micro_batches: int = 1,
+    virtual_stages: int = 1,
+    cp: int = 1,
+) -> float:
     """Activation bytes on the most-loaded GPU (the first pipeline stage): per-layer bytes × in-flight
     layers ÷ c."""
+    check_count("cp", cp)
     per_layer = activation_bytes_per_layer(s, b, h, a, t, recompute, sp)
     return per_layer * pipeline_inflight_layers(num_layers, pp, micro_batches, virtual_stages) / cp

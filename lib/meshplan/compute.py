@@ -33,6 +33,14 @@ d_qk = nope + rope and d_v = v_head_dim.
     0.5
     >>> round(backward_time_s(25_624_600_064, 4096, 400e12), 2)
     1.05
+
+Utilisation (``utilisation``): MFU = model FLOP ÷ (time × GPUs × peak), the model FLOP of ``model_flop`` (forward +
+backward, no recomputation, the whole score matrix) against the GPU's dense bf16 peak; HFU counts the recomputation
+too (Korthikanti et al. 2022 §6). An *effective* rate, like the lab page's 400 TFLOP/s, is an MFU in disguise: at
+400 TFLOP/s of model FLOP an H800 (989.5 TFLOP/s dense) runs at 40.4 % MFU.
+
+    >>> round(utilisation(400e12, 1.0, 989.5e12), 3)
+    0.404
 """
 
 from __future__ import annotations
@@ -41,8 +49,8 @@ from .models.spec import LayerSpec, ModelSpec
 
 FORWARD_FLOP_PER_PARAM_TOKEN = 2
 BACKWARD_FLOP_PER_PARAM_TOKEN = 4
-BACKWARD_PER_FORWARD = BACKWARD_FLOP_PER_PARAM_TOKEN / FORWARD_FLOP_PER_PARAM_TOKEN   # the backward costs 2 forwards
-LINEAR_ATTENTION_STATE_MATMULS = 3   # S·k, the rank-one update, S·q: each 2·d_k·d_v FLOP per head per token
+BACKWARD_PER_FORWARD = BACKWARD_FLOP_PER_PARAM_TOKEN / FORWARD_FLOP_PER_PARAM_TOKEN  # the backward costs 2 forwards
+LINEAR_ATTENTION_STATE_MATMULS = 3  # S·k, the rank-one update, S·q: each 2·d_k·d_v FLOP per head per token
 
 
 def forward_flop(params: float, tokens: float) -> float:
@@ -65,6 +73,8 @@ def backward_time_s(params: float, tokens: float, flop_per_s: float) -> float:
 def step_flop(params: float, tokens: float, recompute: str = "none") -> float:
     """Matmul FLOP of one training step: 6 × params × tokens, 8 × with full recompute (one extra forward; the
     attention term is ``training_flop_per_sequence``'s)."""
+    if recompute not in ("none", "selective", "full"):
+        raise ValueError(f"recompute={recompute!r} must be one of none, selective, full")
     extra = forward_flop(params, tokens) if recompute == "full" else 0.0
     return forward_flop(params, tokens) + backward_flop(params, tokens) + extra
 
@@ -85,8 +95,8 @@ def step_time_s(params: float, tokens: float, flop_per_s: float, recompute: str 
 def attention_pairs(seq: int, window: int | None = None, causal: bool = True) -> float:
     """Query-key pairs of one sequence of ``seq`` tokens (see the module docstring for the conventions).
 
-        >>> attention_pairs(8, causal=False), attention_pairs(8), attention_pairs(8, 4), attention_pairs(8, 4, False)
-        (64, 32.0, 24.0, 32)
+    >>> attention_pairs(8, causal=False), attention_pairs(8), attention_pairs(8, 4), attention_pairs(8, 4, False)
+    (64, 32.0, 24.0, 32)
     """
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise ValueError(f"seq={seq!r} must be a positive integer")
@@ -139,8 +149,9 @@ def recompute_flop_per_sequence(model: ModelSpec, seq: int, recompute: str, caus
     if recompute == "full":
         return forward_flop_per_sequence(model, seq, causal) - forward_flop(head_params(model), seq)
     if recompute == "selective":
-        return sum(attention_forward_flop(layer, seq, causal) for layer in _layers(model)
-                   if layer.mixer != "linear_attention")
+        return sum(
+            attention_forward_flop(layer, seq, causal) for layer in _layers(model) if layer.mixer != "linear_attention"
+        )
     if recompute == "none":
         return 0.0
     raise ValueError(f"recompute={recompute!r} must be one of none, selective, full")
@@ -156,3 +167,49 @@ def training_flop_per_sequence(model: ModelSpec, seq: int, recompute: str = "non
     """
     forward = forward_flop_per_sequence(model, seq, causal)
     return (1 + BACKWARD_PER_FORWARD) * forward + recompute_flop_per_sequence(model, seq, recompute, causal)
+
+
+# ---------------------------------------------------------------- utilisation
+def model_flop(model: ModelSpec, seq: int, sequences: float = 1) -> float:
+    """Model FLOP of forward + backward for ``sequences`` sequences of ``seq`` tokens: the numerator of MFU.
+
+    ``training_flop_per_sequence(model, seq, "none", causal=False) × sequences``: matmuls at 6 FLOP per activated
+    parameter per token (logits included) plus attention over the whole s×s score matrix, no recomputation (PaLM's
+    convention, Chowdhery et al. 2022 App. B, which Llama 3 and Korthikanti et al. 2022 use). Units: FLOP.
+
+        >>> from meshplan import load_model
+        >>> m = load_model("qwen3.8-27b")
+        >>> model_flop(m, 4096) > 6 * m.flop_params * 4096   # attention adds to the matmuls
+        True
+    """
+    if isinstance(sequences, bool) or not sequences > 0:
+        raise ValueError(f"sequences={sequences!r} must be positive")
+    return training_flop_per_sequence(model, seq, "none", causal=False) * sequences
+
+
+def utilisation(flop: float, seconds: float, peak_flop_per_s: float, gpus: int = 1) -> float:
+    """``flop`` ÷ (``seconds`` × ``gpus`` × ``peak_flop_per_s``): MFU when ``flop`` is model FLOP (``model_flop``),
+    HFU when it includes the recomputation. A fraction (0.404 is 40.4 %).
+
+        >>> round(utilisation(400e12 * 3600, 3600.0, 989.5e12), 4)   # an hour of model FLOP at 400 TFLOP/s
+        0.4042
+    """
+    if not peak_flop_per_s > 0 or not seconds > 0:
+        raise ValueError(f"peak_flop_per_s={peak_flop_per_s!r} and seconds={seconds!r} must be positive")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus={gpus!r} must be a positive integer")
+    return flop / (seconds * gpus * peak_flop_per_s)
+
+
+def training_time_s(model: ModelSpec, seq: int, sequences: float, flop_per_s: float) -> float:
+    """Seconds one GPU needs for the forward and backward of ``sequences`` sequences of ``seq`` tokens when it
+    sustains ``flop_per_s`` of *model* FLOP: ``model_flop`` ÷ rate. The rate is MFU × peak; the lab page's
+    effective 400 TFLOP/s is one such rate.
+
+        >>> from meshplan import load_model
+        >>> round(training_time_s(load_model("llama-3.1-405b"), 8192, 2048, 400e12) / 3600, 1)   # hours
+        30.6
+    """
+    if not flop_per_s > 0:
+        raise ValueError(f"flop_per_s={flop_per_s!r} must be positive")
+    return model_flop(model, seq, sequences) / flop_per_s

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, fields, replace
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from .resources import DATA_DIR
 
@@ -26,8 +27,8 @@ HARDWARE_DIR = DATA_DIR / "hardware"
 DEFAULT_HARDWARE = "lab"
 REQUIRED = ("gpu_memory_bytes", "gpus_per_node", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
 OPTIONAL = ("effective_flop_per_s", "peak_bf16_flop_per_s", "hbm_bytes_per_s")
-MAX_MEMORY_BYTES = 1e15      # 1 PB per GPU: beyond any device, and far from float overflow
-MAX_RATE = 1e21              # bytes or FLOP per second
+MAX_MEMORY_BYTES = 1e15  # 1 PB per GPU: beyond any device, and far from float overflow
+MAX_RATE = 1e21  # bytes or FLOP per second
 
 
 def _positive(name: str, value, limit: float) -> float:
@@ -103,7 +104,8 @@ def _read(path: Path) -> Hardware:
         raise ValueError(f"cannot read hardware file {str(path)!r}: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"malformed hardware file {str(path)!r}: expected a JSON object")
-    values, sources = {}, []
+    values: dict[str, Any] = {}  # JSON values, checked by Hardware
+    sources: list[tuple[str, str]] = []
     known = {f.name for f in fields(Hardware)}
     for k in (*REQUIRED, *OPTIONAL):
         entry = raw.get(k)
@@ -113,7 +115,7 @@ def _read(path: Path) -> Hardware:
             values[k] = None
             continue
         if not isinstance(entry, dict) or "value" not in entry or not isinstance(entry.get("source"), str):
-            raise ValueError(f"malformed hardware file {str(path)!r}: {k!r} must be {{\"value\": ..., \"source\": ...}}")
+            raise ValueError(f'malformed hardware file {str(path)!r}: {k!r} must be {{"value": ..., "source": ...}}')
         values[k] = entry["value"]
         sources.append((k, entry["source"]))
     name = raw.get("name", path.stem)
@@ -121,12 +123,14 @@ def _read(path: Path) -> Hardware:
     if not isinstance(name, str) or not isinstance(label, str):
         raise ValueError(f"malformed hardware file {str(path)!r}: 'name' and 'label' must be strings")
     try:
-        return Hardware(name=name, label=label, sources=tuple(sources), **{k: v for k, v in values.items() if k in known})
+        return Hardware(
+            name=name, label=label, sources=tuple(sources), **{k: v for k, v in values.items() if k in known}
+        )
     except ValueError as exc:
         raise ValueError(f"malformed hardware file {str(path)!r}: {exc}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_hardware(name: str | None = None) -> Hardware:
     """A preset by name (``data/hardware/<name>.json``; default ``lab``) or by path to such a file.
 
@@ -137,7 +141,11 @@ def load_hardware(name: str | None = None) -> Hardware:
         raise ValueError(f"hardware={name!r} must be a preset name or a path")
     text = str(name)
     path = HARDWARE_DIR / f"{text}.json"
-    if text and "/" not in text and path.is_file():
+    try:
+        preset = bool(text) and "/" not in text and path.is_file()
+    except OSError:  # e.g. a name longer than the file system allows
+        preset = False
+    if preset:
         return _read(path)
     p = Path(text)
     try:
@@ -145,5 +153,7 @@ def load_hardware(name: str | None = None) -> Hardware:
     except OSError:
         is_file = False
     if not is_file:
-        raise ValueError(f"unknown hardware {text[:200]!r}: not a file and not one of {', '.join(available_hardware())}")
+        raise ValueError(
+            f"unknown hardware {text[:200]!r}: not a file and not one of {', '.join(available_hardware())}"
+        )
     return _read(p)
