@@ -39,13 +39,22 @@ DeepSpeed refuses ZeRO-2/3 with pipeline parallelism.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from typing import Mapping
+from functools import cache
 
 from .resources import read_json
-from .zero import (ALL_GATHER, ALL_REDUCE, DEFAULT_BPP, FSDP2_BPP, LAB_SYNC, MEGATRON_BPP, REDUCE_SCATTER,
-                   BytesPerParam, SyncCollective)
+from .zero import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    DEFAULT_BPP,
+    FSDP2_BPP,
+    LAB_SYNC,
+    MEGATRON_BPP,
+    REDUCE_SCATTER,
+    BytesPerParam,
+    SyncCollective,
+)
 
 LEDGERS = ("lab", "megatron", "fsdp2", "deepspeed")
 ENGINE_KEY = {"megatron": "megatron", "fsdp2": "fsdp2", "deepspeed": "deepspeed"}
@@ -67,8 +76,9 @@ class Accounting:
         sync_with_pp: the same when pipeline parallelism is on, where it differs (``None``: as ``sync``).
         refused: ZeRO stage → why the engine refuses it (always, or ``"pp"``-suffixed keys with pipeline
             parallelism only).
-        pp_send_divided_by_tp: each TP rank sends only its 1/t sequence shard between stages (with sequence
-            parallelism) instead of the full s·b·h activation.
+        pp_send_divided_by_tp: each TP rank sends only its 1/t share of the activation between stages instead of
+            the full s·b·h: with sequence parallelism (Megatron, torchtitan), or always (DeepSpeed's
+            ``pipe_partitioned``, which all-gathers it over TP on arrival): ``pp_send_divided_needs_sp``.
         tp_backward_regather: the sequence-parallel backward all-gathers each column-parallel input again
             (Megatron-LM), +2 all-gathers per layer per micro-batch (``tp.megatron_sp_regather_bytes_per_layer``).
         unsharded_weight_bytes: ZeRO stage → bytes per parameter held unsharded besides the sharded states (FSDP2
@@ -88,6 +98,7 @@ class Accounting:
     sync_with_pp: Mapping[int, tuple[SyncCollective, ...]] | None = None
     refused: Mapping[str, str] = field(default_factory=dict)
     pp_send_divided_by_tp: bool = False
+    pp_send_divided_needs_sp: bool = True
     tp_backward_regather: bool = False
     unsharded_weight_bytes: Mapping[int, int] = field(default_factory=dict)
     unsharded_with_pp_bytes: int = 0
@@ -116,8 +127,7 @@ class Accounting:
         """ValueError when the engine refuses ZeRO stage ``zero`` (with ``pp`` pipeline stages)."""
         why = self.refused.get(str(zero)) or (self.refused.get(f"{zero}pp") if pp > 1 else None)
         if why:
-            raise ValueError(f"zero={zero}{f' with pp={pp}' if pp > 1 and f'{zero}pp' in self.refused else ''}: "
-                             f"{why}")
+            raise ValueError(f"zero={zero}{f' with pp={pp}' if pp > 1 and f'{zero}pp' in self.refused else ''}: {why}")
 
     def sync_schedule(self, zero: int, pp: int) -> tuple[SyncCollective, ...]:
         """The data-parallel collectives of ZeRO stage ``zero`` with ``pp`` pipeline stages."""
@@ -125,6 +135,10 @@ class Accounting:
         if pp > 1 and self.sync_with_pp is not None:
             return self.sync_with_pp[zero]
         return self.sync[zero]
+
+    def pp_send_divided(self, sequence_parallel: bool) -> bool:
+        """Whether each TP rank sends 1/t of the activation between pipeline stages."""
+        return self.pp_send_divided_by_tp and (sequence_parallel or not self.pp_send_divided_needs_sp)
 
     def unsharded_bytes_per_param(self, zero: int, pp: int) -> int:
         """Bytes per parameter held unsharded on top of the sharded model states."""
@@ -140,7 +154,7 @@ class Accounting:
         return entry["source"] if entry else ""
 
 
-@lru_cache(maxsize=None)
+@cache
 def conventions() -> dict:
     """The engines' choices with their evidence: ``data/engines/conventions.json``."""
     return read_json("engines", "conventions.json")
@@ -151,115 +165,158 @@ _TORCH = "pytorch/pytorch v2.13.0: "
 _TITAN = "pytorch/torchtitan at 6404b93: "
 _DS = "deepspeedai/DeepSpeed v0.19.5: "
 
-_KV_SOURCE = (_MEGATRON + "megatron/core/transformer/attention.py#L180 (num_query_groups_per_partition = "
-              "divide(num_query_groups, world_size)) and megatron/core/utils.py#L468-L477 (ensure_divisibility "
-              "asserts): the KV heads must divide among the TP ranks")
+_KV_SOURCE = (
+    _MEGATRON + "megatron/core/transformer/attention.py#L180 (num_query_groups_per_partition = "
+    "divide(num_query_groups, world_size)) and megatron/core/utils.py#L468-L477 (ensure_divisibility "
+    "asserts): the KV heads must divide among the TP ranks"
+)
 
 LAB = Accounting(
-    "lab", DEFAULT_BPP, LAB_SYNC,
-    sources={"bytes_per_param": "Rajbhandari et al. 2019 (ZeRO) §3.1: 2Ψ + 2Ψ + 12Ψ = 16Ψ bytes",
-             "sync": "ZeRO §7.2: 2Ψ per step for stages 0–2 (all-reduce = reduce-scatter + all-gather), 3Ψ for stage 3; "
-                     "the lab page: bf16 gradients, once per step",
-             "activations": "Korthikanti et al. 2022, Table 2: sbh(34 + 5as/h) per GPT layer"},
+    "lab",
+    DEFAULT_BPP,
+    LAB_SYNC,
+    sources={
+        "bytes_per_param": "Rajbhandari et al. 2019 (ZeRO) §3.1: 2Ψ + 2Ψ + 12Ψ = 16Ψ bytes",
+        "sync": "ZeRO §7.2: 2Ψ per step for stages 0–2 (all-reduce = reduce-scatter + all-gather), 3Ψ for stage 3; "
+        "the lab page: bf16 gradients, once per step",
+        "activations": "Korthikanti et al. 2022, Table 2: sbh(34 + 5as/h) per GPT layer",
+    },
 )
 
 MEGATRON = Accounting(
-    "megatron", MEGATRON_BPP,
+    "megatron",
+    MEGATRON_BPP,
     sync={
         0: (_c("all-reduce (fp32 gradients)", ALL_REDUCE, 4, False),),
-        1: (_c("reduce-scatter (fp32 gradients)", REDUCE_SCATTER, 4, False),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False)),
-        2: (_c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False)),
-        3: (_c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
+        1: (
+            _c("reduce-scatter (fp32 gradients)", REDUCE_SCATTER, 4, False),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+        ),
+        2: (
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+        ),
+        3: (
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
             _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True)),
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
+        ),
     },
-    pp_send_divided_by_tp=True, tp_backward_regather=True, activations="engine", kv_replication=False,
+    pp_send_divided_by_tp=True,
+    tp_backward_regather=True,
+    activations="engine",
+    kv_replication=False,
     sources={
         "bytes_per_param": _MEGATRON + "megatron/training/theoretical_memory_usage.py#L179-L181: 18 B/param, "
-                           "6 + 12/d with the distributed optimizer (fp32 main grads: arguments.py#L736-L748)",
+        "6 + 12/d with the distributed optimizer (fp32 main grads: arguments.py#L736-L748)",
         "sync": _MEGATRON + "distributed_data_parallel.py#L168 (fp32 grad_dtype), param_and_grad_buffer.py#L396-L414 "
-                "(reduce-scatter with the distributed optimizer, all-reduce without) and #L490-L507 (once per step); "
-                "megatron_fsdp.py#L577-L589 (Megatron-FSDP reduces every backward) and #L726-L730 (gathers again "
-                "before the backward)",
+        "(reduce-scatter with the distributed optimizer, all-reduce without) and #L490-L507 (once per step); "
+        "megatron_fsdp.py#L577-L589 (Megatron-FSDP reduces every backward) and #L726-L730 (gathers again "
+        "before the backward)",
         "pp_send_divided_by_tp": _MEGATRON + "megatron/core/pipeline_parallel/schedules.py#L1939-L1945 "
-                                 "(get_tensor_shapes: s/(cp·t) with sequence parallelism)",
+        "(get_tensor_shapes: s/(cp·t) with sequence parallelism)",
         "tp_backward_regather": _MEGATRON + "megatron/core/tensor_parallel/layers.py#L508-L522",
         "kv_replication": _KV_SOURCE,
         "activations": "meshplan.engine_activations (transformers 5.23.0's saved tensors, SDPA, device='cuda'); "
-                       "selective recompute = core attention (transformer_config.py#L967-L980)",
+        "selective recompute = core attention (transformer_config.py#L967-L980)",
     },
 )
 
-_FSDP2_PP = {z: (_c("all-gather (bf16 weights, once per step)", ALL_GATHER, 2, False),
-                 _c("reduce-scatter (fp32 gradients, last micro-batch)", REDUCE_SCATTER, 4, False))
-             for z in (2, 3)}
+_FSDP2_PP = {
+    z: (
+        _c("all-gather (bf16 weights, once per step)", ALL_GATHER, 2, False),
+        _c("reduce-scatter (fp32 gradients, last micro-batch)", REDUCE_SCATTER, 4, False),
+    )
+    for z in (2, 3)
+}
 FSDP2 = Accounting(
-    "fsdp2", FSDP2_BPP,
+    "fsdp2",
+    FSDP2_BPP,
     sync={
         0: (_c("all-reduce (fp32 gradients, every micro-batch)", ALL_REDUCE, 4, True),),
         1: (),
-        2: (_c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True)),
-        3: (_c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
+        2: (
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
+        ),
+        3: (
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
             _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True)),
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
+        ),
     },
     sync_with_pp={0: (_c("all-reduce (fp32 gradients, every micro-batch)", ALL_REDUCE, 4, True),), 1: (), **_FSDP2_PP},
-    refused={"1": "FSDP2 has no ZeRO-1: it shards the gradients whenever it shards the optimizer states "
-                  "(use zero=2, reshard_after_forward=False)"},
-    pp_send_divided_by_tp=True, unsharded_weight_bytes={2: 2}, unsharded_with_pp_bytes=6, activations="engine", kv_replication=False,
+    refused={
+        "1": "FSDP2 has no ZeRO-1: it shards the gradients whenever it shards the optimizer states "
+        "(use zero=2, reshard_after_forward=False)"
+    },
+    pp_send_divided_by_tp=True,
+    unsharded_weight_bytes={2: 2},
+    unsharded_with_pp_bytes=6,
+    activations="engine",
+    kv_replication=False,
     sources={
         "bytes_per_param": _TORCH + "torch/distributed/fsdp/_fully_shard/_fully_shard.py#L114-L121: fp32 sharded "
-                           "parameters (the master), fp32 sharded gradients, fp32 Adam: 4 + 4 + 8 per parameter",
+        "parameters (the master), fp32 sharded gradients, fp32 Adam: 4 + 4 + 8 per parameter",
         "sync": _TITAN + "torchtitan/config/job_config.py#L207-L211 (mixed_precision_reduce fp32), train.py#L494-L497 "
-                "(reduce every micro-batch); " + _TORCH + "_fully_shard.py#L180-L196 (gathers in forward and, "
-                "resharded, again in backward)",
+        "(reduce every micro-batch); " + _TORCH + "_fully_shard.py#L180-L196 (gathers in forward and, "
+        "resharded, again in backward)",
         "sync_with_pp": _TORCH + "torch/distributed/pipelining/stage.py#L843-L848 (gradient sync and reshard after "
-                        "backward only on the last micro-batch)",
+        "backward only on the last micro-batch)",
         "pp_send_divided_by_tp": _TITAN + "torchtitan/models/llama3/infra/parallelize.py#L204-L211 (TP is always "
-                                 "sequence-parallel)",
+        "sequence-parallel)",
         "unsharded_weight_bytes": _TORCH + "_fully_shard.py#L180-L196: reshard_after_forward=False keeps the bf16 "
-                                  "parameters unsharded from forward to backward",
+        "parameters unsharded from forward to backward",
         "unsharded_with_pp_bytes": _TORCH + "torch/distributed/pipelining/stage.py#L843-L848",
         "refused": _TITAN + "torchtitan/config/job_config.py: data_parallel_shard_degree shards parameters, gradients "
-                   "and optimizer together (fully_shard)",
+        "and optimizer together (fully_shard)",
         "kv_replication": "torchtitan's ColwiseParallel splits wk/wv's output features evenly over the TP ranks, which "
-                          "must then hold whole KV heads (derived; Megatron's rule: " + _KV_SOURCE + ")",
+        "must then hold whole KV heads (derived; Megatron's rule: " + _KV_SOURCE + ")",
         "activations": "the definition of the fsdp2 ledger: what autograd saves in the pinned transformers "
-                       "implementation, bf16, SDPA, dropout off (meshplan.engine_activations, measured by "
-                       "meshplan.measure)",
+        "implementation, bf16, SDPA, dropout off (meshplan.engine_activations, measured by "
+        "meshplan.measure)",
     },
 )
 
 DEEPSPEED = Accounting(
-    "deepspeed", DEFAULT_BPP,
+    "deepspeed",
+    DEFAULT_BPP,
     sync={
         0: (_c("all-reduce (bf16 gradients)", ALL_REDUCE, 2, False),),
-        1: (_c("all-reduce (bf16 gradients)", ALL_REDUCE, 2, False),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False)),
-        2: (_c("all-reduce (bf16 gradients, every micro-batch)", ALL_REDUCE, 2, True),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False)),
-        3: (_c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
+        1: (
+            _c("all-reduce (bf16 gradients)", ALL_REDUCE, 2, False),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+        ),
+        2: (
+            _c("all-reduce (bf16 gradients, every micro-batch)", ALL_REDUCE, 2, True),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+        ),
+        3: (
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
             _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (bf16 gradients, every micro-batch)", REDUCE_SCATTER, 2, True)),
+            _c("reduce-scatter (bf16 gradients, every micro-batch)", REDUCE_SCATTER, 2, True),
+        ),
     },
-    refused={"2pp": "DeepSpeed refuses ZeRO-2 and ZeRO-3 with pipeline parallelism (deepspeed/runtime/pipe/"
-                    "engine.py#L76-L77: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')",
-             "3pp": "DeepSpeed refuses ZeRO-2 and ZeRO-3 with pipeline parallelism (deepspeed/runtime/pipe/"
-                    "engine.py#L76-L77: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')"},
-    pp_send_divided_by_tp=True, activations="engine", kv_replication=False,
+    refused={
+        "2pp": "DeepSpeed refuses ZeRO-2 and ZeRO-3 with pipeline parallelism (deepspeed/runtime/pipe/"
+        "engine.py#L76-L77: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')",
+        "3pp": "DeepSpeed refuses ZeRO-2 and ZeRO-3 with pipeline parallelism (deepspeed/runtime/pipe/"
+        "engine.py#L76-L77: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism')",
+    },
+    pp_send_divided_by_tp=True,
+    pp_send_divided_needs_sp=False,
+    activations="engine",
+    kv_replication=False,
     sources={
         "bytes_per_param": _DS + "deepspeed/runtime/zero/stage_1_and_2.py#L2335-L2341: 4 + 12/d, 2 + 14/d, 16/d",
         "sync": _DS + "deepspeed/runtime/engine.py#L1364-L1375 (bf16 communication_data_type), "
-                "zero/stage_1_and_2.py#L1416-L1433 (bucket all-reduce), engine.py#L2857-L2865 (ZeRO-1 at the "
-                "boundary, ZeRO-2/3 every micro-batch), zero/parameter_offload.py#L352-L354 (ZeRO-3 gathers)",
+        "zero/stage_1_and_2.py#L1416-L1433 (bucket all-reduce), engine.py#L2857-L2865 (ZeRO-1 at the "
+        "boundary, ZeRO-2/3 every micro-batch), zero/parameter_offload.py#L352-L354 (ZeRO-3 gathers)",
         "refused": _DS + "deepspeed/runtime/pipe/engine.py#L76-L77",
         "pp_send_divided_by_tp": _DS + "deepspeed/runtime/pipe/engine.py#L754-L771 (pipe_partitioned)",
         "kv_replication": "the model's own TP (e.g. Megatron-DeepSpeed): " + _KV_SOURCE,
         "activations": "the model's autograd (deepspeed/runtime/config.py#L419-L426: no activation policy of its "
-                       "own): meshplan.engine_activations",
+        "own): meshplan.engine_activations",
     },
 )
 

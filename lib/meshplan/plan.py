@@ -38,9 +38,10 @@ returns a ``Report``. Each number comes from its dimension's module:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property, lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from . import activations as act
 from .accounting import LAB, Accounting, get_accounting
@@ -56,13 +57,22 @@ from .stages import Stage, inflight_micro_batches, interleave_factor, spread_lay
 from .tp import megatron_sp_regather_bytes_per_layer, tp_bytes_per_step
 from .zero import BytesPerParam, model_states_terms, sync_terms
 
-__all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Plan", "Report", "Workload", "evaluate", "spread_layers",
-           "stage_inflight_layers"]
+__all__ = [
+    "DIMS",
+    "MESH_KEYS",
+    "TRAFFIC",
+    "Plan",
+    "Report",
+    "Workload",
+    "evaluate",
+    "spread_layers",
+    "stage_inflight_layers",
+]
 
 DIMS = ("dp", "tp", "pp", "cp", "ep")
-TRAFFIC = (*DIMS, "edp")     # the report's traffic keys: the five dimensions and the expert-data-parallel sync
+TRAFFIC = (*DIMS, "edp")  # the report's traffic keys: the five dimensions and the expert-data-parallel sync
 MESH_KEYS = ("tp", "cp", "ep", "dp", "pp")
-MAX_SEQ = 2**26               # 67M tokens per sequence
+MAX_SEQ = 2**26  # 67M tokens per sequence
 MAX_MICRO_BATCH_SIZE = 2**16
 MAX_MICRO_BATCHES = 2**20
 MAX_VIRTUAL_STAGES = 2**10
@@ -91,8 +101,10 @@ class Workload:
         """m = B ÷ (dp × b) for a global batch of B sequences (ValueError when it does not divide)."""
         check_count("global_batch", global_batch, MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS)
         if global_batch % (dp * micro_batch_size):
-            raise ValueError(f"global batch {global_batch} is not divisible by dp × micro-batch size = {dp} × "
-                             f"{micro_batch_size} = {dp * micro_batch_size}")
+            raise ValueError(
+                f"global batch {global_batch} is not divisible by dp × micro-batch size = {dp} × "
+                f"{micro_batch_size} = {dp * micro_batch_size}"
+            )
         return global_batch // (dp * micro_batch_size)
 
 
@@ -102,11 +114,14 @@ def _check_tp_heads(model: ModelSpec, t: int, kv_replication: bool) -> None:
     kv = model.num_key_value_heads
     if kv % t and not (kv_replication and t % kv == 0):
         if kv_replication:
-            raise ValueError(f"tp={t} does not divide {kv} KV heads (and {kv} KV heads do not divide tp={t} for "
-                             "replication)")
+            raise ValueError(
+                f"tp={t} does not divide {kv} KV heads (and {kv} KV heads do not divide tp={t} for replication)"
+            )
         raise ValueError(f"tp={t} does not divide {kv} KV heads")
-    for heads, what in ((model.linear_num_key_heads, "linear-attention key heads"),
-                        (model.linear_num_value_heads, "linear-attention value heads")):
+    for heads, what in (
+        (model.linear_num_key_heads, "linear-attention key heads"),
+        (model.linear_num_value_heads, "linear-attention value heads"),
+    ):
         if heads and heads % t:
             raise ValueError(f"tp={t} does not divide {heads} {what}")
 
@@ -151,14 +166,36 @@ class Plan:
 
     # ------------------------------------------------------------------ the front door
     @classmethod
-    def create(cls, model: Any, gpus: int, dp: int | None = None, *, tp: int = 1, cp: int = 1, pp: int = 1,
-               ep: int = 1, expert_tp: int | None = None, order: str = DEFAULT_ORDER, seq: int = 4096,
-               micro_batch_size: int = 1, micro_batches: int | None = None, global_batch: int | None = None,
-               hardware: Hardware | str | None = None, gpus_per_node: int | None = None,
-               gpu_memory_bytes: float | None = None, accounting: Accounting | str = "lab",
-               bytes_per_param: BytesPerParam | None = None, zero: int = 0, recompute: str = "none",
-               sp: bool | None = None, virtual_stages: int = 1, layers_per_stage: Sequence[int] | None = None,
-               uneven_stages: bool = False, stage_balance: str = "even", kv_replication: bool = True) -> Plan:
+    def create(
+        cls,
+        model: Any,
+        gpus: int,
+        dp: int | None = None,
+        *,
+        tp: int = 1,
+        cp: int = 1,
+        pp: int = 1,
+        ep: int = 1,
+        expert_tp: int | None = None,
+        order: str = DEFAULT_ORDER,
+        seq: int = 4096,
+        micro_batch_size: int = 1,
+        micro_batches: int | None = None,
+        global_batch: int | None = None,
+        hardware: Hardware | str | None = None,
+        gpus_per_node: int | None = None,
+        gpu_memory_bytes: float | None = None,
+        accounting: Accounting | str = "lab",
+        bytes_per_param: BytesPerParam | None = None,
+        zero: int = 0,
+        recompute: str = "none",
+        sp: bool | None = None,
+        virtual_stages: int = 1,
+        layers_per_stage: Sequence[int] | None = None,
+        uneven_stages: bool = False,
+        stage_balance: str = "even",
+        kv_replication: bool = True,
+    ) -> Plan:
         """A plan from a model name, path or spec and flat settings.
 
         ``dp`` defaults to gpus ÷ (tp × cp × pp). ``micro_batches`` defaults to 8, or to B ÷ (dp × b) when
@@ -172,8 +209,10 @@ class Plan:
         if global_batch is not None:
             m = Workload.micro_batches_for(global_batch, dims.dp, check_count("micro_batch_size", micro_batch_size))
             if micro_batches is not None and micro_batches != m:
-                raise ValueError(f"micro_batches={micro_batches} disagrees with global batch {global_batch} = "
-                                 f"dp × b × m = {dims.dp} × {micro_batch_size} × m, which needs m = {m}")
+                raise ValueError(
+                    f"micro_batches={micro_batches} disagrees with global batch {global_batch} = "
+                    f"dp × b × m = {dims.dp} × {micro_batch_size} × m, which needs m = {m}"
+                )
             micro_batches = m
         workload = Workload(seq, micro_batch_size, 8 if micro_batches is None else micro_batches)
         hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
@@ -183,20 +222,47 @@ class Plan:
             acc = acc.with_bytes_per_param(bytes_per_param)
         if uneven_stages and layers_per_stage is None and spec.num_layers % pp:
             layers_per_stage = spread_layers(spec.num_layers, pp)
-        return cls(model=spec, dims=dims, workload=workload, hardware=hw, accounting=acc, zero=zero,
-                   recompute=recompute, sp=sp, virtual_stages=virtual_stages,
-                   layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
-                   stage_balance=stage_balance, kv_replication=kv_replication)
+        return cls(
+            model=spec,
+            dims=dims,
+            workload=workload,
+            hardware=hw,
+            accounting=acc,
+            zero=zero,
+            recompute=recompute,
+            sp=sp,
+            virtual_stages=virtual_stages,
+            layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
+            stage_balance=stage_balance,
+            kv_replication=kv_replication,
+        )
 
     def settings(self) -> dict[str, Any]:
         """The flat keyword arguments of ``Plan.create`` that rebuild this plan."""
         d = self.dims
-        return dict(model=self.model, gpus=d.world_size, dp=d.dp, tp=d.tp, cp=d.cp, pp=d.pp, ep=d.ep,
-                    expert_tp=d.expert_tp, order=d.order, seq=self.seq, micro_batch_size=self.micro_batch_size,
-                    micro_batches=self.micro_batches, hardware=self.hardware, accounting=self.accounting,
-                    zero=self.zero, recompute=self.recompute, sp=self.sp, virtual_stages=self.virtual_stages,
-                    layers_per_stage=self.layers_per_stage, stage_balance=self.stage_balance,
-                    kv_replication=self.kv_replication)
+        return {
+            "model": self.model,
+            "gpus": d.world_size,
+            "dp": d.dp,
+            "tp": d.tp,
+            "cp": d.cp,
+            "pp": d.pp,
+            "ep": d.ep,
+            "expert_tp": d.expert_tp,
+            "order": d.order,
+            "seq": self.seq,
+            "micro_batch_size": self.micro_batch_size,
+            "micro_batches": self.micro_batches,
+            "hardware": self.hardware,
+            "accounting": self.accounting,
+            "zero": self.zero,
+            "recompute": self.recompute,
+            "sp": self.sp,
+            "virtual_stages": self.virtual_stages,
+            "layers_per_stage": self.layers_per_stage,
+            "stage_balance": self.stage_balance,
+            "kv_replication": self.kv_replication,
+        }
 
     def replace(self, **changes: Any) -> Plan:
         """This plan with some settings changed, by ``Plan.create``'s names (a new size of tp, cp or pp keeps dp
@@ -223,8 +289,12 @@ class Plan:
         m, d = self.model, self.dims
         if not isinstance(m, ModelSpec):
             raise ValueError(f"model={m!r} must be a ModelSpec (use Plan.create with a name or path)")
-        for name, part, kind in (("dims", d, ParallelDims), ("workload", self.workload, Workload),
-                                 ("hardware", self.hardware, Hardware), ("accounting", self.accounting, Accounting)):
+        for name, part, kind in (
+            ("dims", d, ParallelDims),
+            ("workload", self.workload, Workload),
+            ("hardware", self.hardware, Hardware),
+            ("accounting", self.accounting, Accounting),
+        ):
             if not isinstance(part, kind):
                 raise ValueError(f"{name}={part!r} must be a {kind.__name__}")
         check_count("virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES)
@@ -243,15 +313,18 @@ class Plan:
             self._check_layers_per_stage()
         elif m.num_layers % (d.pp * self.virtual_stages):
             if self.virtual_stages > 1:
-                raise ValueError(f"pp×virtual_stages = {d.pp}×{self.virtual_stages} does not divide {m.num_layers} "
-                                 "layers")
+                raise ValueError(
+                    f"pp×virtual_stages = {d.pp}×{self.virtual_stages} does not divide {m.num_layers} layers"
+                )
             raise ValueError(f"pp={d.pp} does not divide {m.num_layers} layers")
         if self.virtual_stages > 1:
             if d.pp == 1:
                 raise ValueError(f"virtual_stages={self.virtual_stages} needs pp > 1")
             if self.micro_batches < d.pp:
-                raise ValueError(f"micro_batches={self.micro_batches} is fewer than pp={d.pp} stages, which the "
-                                 "interleaved schedule needs")
+                raise ValueError(
+                    f"micro_batches={self.micro_batches} is fewer than pp={d.pp} stages, which the "
+                    "interleaved schedule needs"
+                )
         if self.seq % d.cp:
             raise ValueError(f"cp={d.cp} does not divide seq={self.seq}")
         if d.ep > 1 and not m.is_moe:
@@ -270,8 +343,10 @@ class Plan:
         if sum(lps) != self.model.num_layers:
             raise ValueError(f"layers_per_stage adds up to {sum(lps)}, not {self.model.num_layers} layers")
         if min(lps) < self.virtual_stages:
-            raise ValueError(f"virtual_stages={self.virtual_stages} needs at least {self.virtual_stages} layers on "
-                             f"every pipeline rank (layers_per_stage has {min(lps)})")
+            raise ValueError(
+                f"virtual_stages={self.virtual_stages} needs at least {self.virtual_stages} layers on "
+                f"every pipeline rank (layers_per_stage has {min(lps)})"
+            )
 
     # ------------------------------------------------------------------ reading the parts
     gpus = property(lambda self: self.dims.world_size)
@@ -281,7 +356,9 @@ class Plan:
     dp = property(lambda self: self.dims.dp)
     ep = property(lambda self: self.dims.ep)
     expert_tp = property(lambda self: self.dims.expert_tp)
-    etp = property(lambda self: self.dims.etp, doc="The expert tensor-parallel size (tp unless expert_tp says otherwise).")
+    etp = property(
+        lambda self: self.dims.etp, doc="The expert tensor-parallel size (tp unless expert_tp says otherwise)."
+    )
     expert_dp = property(lambda self: self.dims.expert_dp, doc="Ranks holding the same expert shard.")
     order = property(lambda self: self.dims.order)
     seq = property(lambda self: self.workload.seq)
@@ -369,16 +446,28 @@ class Report:
             "bubble_share_of_time": self.bubble_share,
             "comm_time_s": dict(self.comm_time_s),
             "model_states_terms": dict(self.model_states_terms),
-            "settings": {"zero": p.zero, "recompute": p.recompute, "seq": p.seq,
-                         "micro_batch_size": p.micro_batch_size, "micro_batches": p.micro_batches,
-                         "global_batch": p.global_batch, "tokens_per_step": p.tokens_per_step,
-                         "virtual_stages": p.virtual_stages, "sequence_parallel": p.sequence_parallel,
-                         "order": p.order, "gpus_per_node": p.gpus_per_node,
-                         "gpu_memory_bytes": p.gpu_memory_bytes, "hardware": p.hardware.name,
-                         "accounting": p.accounting.name, "stage_balance": p.stage_balance,
-                         "layers_per_stage": list(p.layers_per_stage) if p.layers_per_stage else None,
-                         "expert_tp": p.etp, "expert_dp": p.expert_dp, "memory_stage": self.stage,
-                         "traffic_stage": self.traffic_stage},
+            "settings": {
+                "zero": p.zero,
+                "recompute": p.recompute,
+                "seq": p.seq,
+                "micro_batch_size": p.micro_batch_size,
+                "micro_batches": p.micro_batches,
+                "global_batch": p.global_batch,
+                "tokens_per_step": p.tokens_per_step,
+                "virtual_stages": p.virtual_stages,
+                "sequence_parallel": p.sequence_parallel,
+                "order": p.order,
+                "gpus_per_node": p.gpus_per_node,
+                "gpu_memory_bytes": p.gpu_memory_bytes,
+                "hardware": p.hardware.name,
+                "accounting": p.accounting.name,
+                "stage_balance": p.stage_balance,
+                "layers_per_stage": list(p.layers_per_stage) if p.layers_per_stage else None,
+                "expert_tp": p.etp,
+                "expert_dp": p.expert_dp,
+                "memory_stage": self.stage,
+                "traffic_stage": self.traffic_stage,
+            },
             "notes": list(self.notes),
         }
 
@@ -401,9 +490,18 @@ def _stage_activations(plan: Plan, stage: Stage, per_layer_lab: float) -> float:
     if plan.accounting.activations == "korthikanti":
         return per_layer_lab * stage.num_layers * inflight * factor / d.cp
     from .engine_activations import stage_bytes
-    layers, rest = stage_bytes(plan.model, stage.layers, plan.seq // d.cp, plan.micro_batch_size,
-                               recompute=plan.recompute, tp=d.tp, sp=plan.sequence_parallel, first=stage.index == 0,
-                               last=stage.index == d.pp - 1)
+
+    layers, rest = stage_bytes(
+        plan.model,
+        stage.layers,
+        plan.seq // d.cp,
+        plan.micro_batch_size,
+        recompute=plan.recompute,
+        tp=d.tp,
+        sp=plan.sequence_parallel,
+        first=stage.index == 0,
+        last=stage.index == d.pp - 1,
+    )
     return (layers * factor + rest) * inflight
 
 
@@ -417,7 +515,9 @@ def _stage_memory(plan: Plan, stage: Stage, per_layer_activations: float) -> tup
             terms[k] += x
     extra = plan.accounting.unsharded_bytes_per_param(plan.zero, d.pp)
     if extra:
-        terms["unsharded weights/gradients"] = extra * (stage.dense_params / d.tp + stage.expert_params / (d.etp * d.ep))
+        terms["unsharded weights/gradients"] = extra * (
+            stage.dense_params / d.tp + stage.expert_params / (d.etp * d.ep)
+        )
     return terms, _stage_activations(plan, stage, per_layer_activations)
 
 
@@ -430,8 +530,9 @@ def evaluate(plan: Plan) -> Report:
     s, b, h, mb, v = plan.seq, plan.micro_batch_size, m.hidden_size, plan.micro_batches, plan.virtual_stages
 
     # ---- memory: the most-loaded stage (its own states plus its own activations)
-    per_layer = act.activation_bytes_per_layer(s, b, h, m.num_attention_heads, t, plan.recompute,
-                                               plan.sequence_parallel)
+    per_layer = act.activation_bytes_per_layer(
+        s, b, h, m.num_attention_heads, t, plan.recompute, plan.sequence_parallel
+    )
     per_stage = [_stage_memory(plan, st, per_layer) for st in plan.stages]
     totals = [sum(terms.values()) + activ for terms, activ in per_stage]
     k_mem = max(range(p), key=lambda k: (totals[k], -k))
@@ -460,43 +561,60 @@ def evaluate(plan: Plan) -> Report:
         if acc.tp_backward_regather and plan.sequence_parallel:
             comm["tp"] += megatron_sp_regather_bytes_per_layer(s // c, b, h, t) * st.num_layers * mb
     comm["pp"] = pp_bytes_per_step(s // c, b, h, p, mb, v)
-    if acc.pp_send_divided_by_tp and plan.sequence_parallel:
+    if acc.pp_send_divided(plan.sequence_parallel):
         comm["pp"] /= t
     if c > 1:
         kv_gpu = kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t)
         comm["cp"] += cp_kv_bytes_per_step(s, b, kv_gpu, c, st.full_attention_layers, mb)
     if e > 1:
-        comm["ep"] = ep_bytes_per_step(tokens_per_gpu(s, b, c, t, plan.sequence_parallel), m.experts_per_token, h,
-                                       e, st.moe_layers, mb)
+        comm["ep"] = ep_bytes_per_step(
+            tokens_per_gpu(s, b, c, t, plan.sequence_parallel), m.experts_per_token, h, e, st.moe_layers, mb
+        )
 
     link = dict(_links(d, hw.gpus_per_node))
     if not (separate_experts and m.is_moe):
-        link["edp"] = None      # the experts (if any) sync with the dense gradients
+        link["edp"] = None  # the experts (if any) sync with the dense gradients
     times = {k: (comm[k] / hw.bandwidth(link[k]) if link[k] else 0.0) for k in TRAFFIC}
 
     notes = []
     if t > m.num_key_value_heads:
-        notes.append(f"tp={t} > {m.num_key_value_heads} KV heads: each KV head is replicated on "
-                     f"{t // m.num_key_value_heads} GPUs (the extra k/v weights are not counted)")
+        notes.append(
+            f"tp={t} > {m.num_key_value_heads} KV heads: each KV head is replicated on "
+            f"{t // m.num_key_value_heads} GPUs (the extra k/v weights are not counted)"
+        )
     if plan.recompute == "full" and t > 1:
         notes.append("full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)")
     if comm["edp"]:
-        notes.append(f"routed-expert gradients sync over {d.expert_dp} expert-data-parallel ranks (edp), apart from "
-                     f"the dense gradients' {d.dp * c} data-parallel ranks")
+        notes.append(
+            f"routed-expert gradients sync over {d.expert_dp} expert-data-parallel ranks (edp), apart from "
+            f"the dense gradients' {d.dp * c} data-parallel ranks"
+        )
     if getattr(m, "estimated", ()):
-        notes.append(f"{m.name} ({m.family}) is counted exactly by transformers on the meta device; estimated from "
-                     f"its config: {', '.join(m.estimated)}")
+        notes.append(
+            f"{m.name} ({m.family}) is counted exactly by transformers on the meta device; estimated from "
+            f"its config: {', '.join(m.estimated)}"
+        )
     if m.max_position_embeddings and s > m.max_position_embeddings:
         notes.append(f"seq={s:,} is longer than the {m.max_position_embeddings:,} positions {m.name} was trained for")
     if not all(math.isfinite(x) for x in (total, *comm.values())):
-        raise ValueError(f"seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are too large")
+        raise ValueError(
+            f"seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are too large"
+        )
     return Report(
-        plan=plan, params_per_gpu=params_per_gpu, model_states_terms=terms,
+        plan=plan,
+        params_per_gpu=params_per_gpu,
+        model_states_terms=terms,
         memory_bytes={"model_states": states, "activations": activ, "total": total},
-        fits=total <= hw.gpu_memory_bytes, comm_bytes_per_step=comm, link=link, comm_time_s=times,
+        fits=total <= hw.gpu_memory_bytes,
+        comm_bytes_per_step=comm,
+        link=link,
+        comm_time_s=times,
         bubble=bubble_fraction(p, mb, v) if p > 1 else 0.0,
-        bubble_share=bubble_share_of_time(p, mb, v) if p > 1 else 0.0, notes=tuple(notes),
-        grad_sync_bytes=grad_sync, stage=k_mem, traffic_stage=st.index,
+        bubble_share=bubble_share_of_time(p, mb, v) if p > 1 else 0.0,
+        notes=tuple(notes),
+        grad_sync_bytes=grad_sync,
+        stage=k_mem,
+        traffic_stage=st.index,
     )
 
 

@@ -85,16 +85,16 @@ from .stages import Stage
 from .zero import ALL_GATHER, ALL_REDUCE, SyncCollective, sync_terms
 
 TERMS = ("compute_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s", "optimizer_s")
-ACT_BYTES = 2                    # bf16 activations on the wire
-TP_UNITS_PER_LAYER = 8           # 4 all-reduces = 8 all-gather-sized transfers per layer per micro-batch
-TP_FORWARD_UNITS = 4             # two all-reduces forward (after attention and after the MLP)
-TP_HIDDEN_BY_WGRAD = 2           # the column-parallel layers' input-gradient reduction (Megatron-Core async dgrad)
-EP_ALL_TO_ALLS_FORWARD = 2       # dispatch and combine; the backward runs both again
+ACT_BYTES = 2  # bf16 activations on the wire
+TP_UNITS_PER_LAYER = 8  # 4 all-reduces = 8 all-gather-sized transfers per layer per micro-batch
+TP_FORWARD_UNITS = 4  # two all-reduces forward (after attention and after the MLP)
+TP_HIDDEN_BY_WGRAD = 2  # the column-parallel layers' input-gradient reduction (Megatron-Core async dgrad)
+EP_ALL_TO_ALLS_FORWARD = 2  # dispatch and combine; the backward runs both again
 FLASH_BACKWARD_PER_FORWARD = 2.5  # FlashAttention's backward recomputes QKᵀ: 5 matmuls against the forward's 2
 WEIGHT_READS_PER_MICRO_BATCH = 2  # each bf16 weight is read by the forward and by the input-gradient GEMM
 # NCCL's ring latency model, Ring/Simple protocol: NVIDIA/nccl src/graph/tuning.cc#L54-L78 at b6475625
-NCCL_BASE_LATENCY_S = 8.4e-6     # baseLat[Ring][Simple], per collective
-NCCL_HOP_LATENCY_S = {"nvlink": 3.4e-6, "infiniband": 14.0e-6}   # hwLat[NVLINK|NET][Ring][Simple], per step
+NCCL_BASE_LATENCY_S = 8.4e-6  # baseLat[Ring][Simple], per collective
+NCCL_HOP_LATENCY_S = {"nvlink": 3.4e-6, "infiniband": 14.0e-6}  # hwLat[NVLINK|NET][Ring][Simple], per step
 ATTENTION_KERNELS = ("flash", "dense")
 TP_OVERLAPS = ("none", "backward", "full")
 PIPELINES = ("1f1b", "dualpipe")
@@ -190,8 +190,13 @@ ENGINE_EXECUTION = {
 
 def dualpipe(plan: Plan, ex: Execution) -> bool:
     """Whether ``plan`` runs DualPipe under ``ex``: asked for, and possible (even pp ≥ 2, even m, v = 1)."""
-    return (ex.pipeline == "dualpipe" and plan.pp >= 2 and plan.pp % 2 == 0 and plan.micro_batches % 2 == 0
-            and plan.virtual_stages == 1)
+    return (
+        ex.pipeline == "dualpipe"
+        and plan.pp >= 2
+        and plan.pp % 2 == 0
+        and plan.micro_batches % 2 == 0
+        and plan.virtual_stages == 1
+    )
 
 
 def execution_for(accounting: str) -> Execution:
@@ -279,8 +284,14 @@ def _layer_work(model: ModelSpec, seq: int, causal: bool) -> _LayerWork:
         a = compute.attention_forward_flop(layer, seq, causal)
         linear = layer.mixer == "linear_attention"
         dense = layer.params - layer.expert_params
-        row = (compute.forward_flop(dense, 1), compute.forward_flop(layer.activated_params - dense, 1),
-               0.0 if linear else a, a if linear else 0.0, dense, layer.expert_params)
+        row = (
+            compute.forward_flop(dense, 1),
+            compute.forward_flop(layer.activated_params - dense, 1),
+            0.0 if linear else a,
+            a if linear else 0.0,
+            dense,
+            layer.expert_params,
+        )
         for col, x in zip(cols, row, strict=True):
             col.append(col[-1] + x)
     work = _LayerWork(*(tuple(col) for col in cols))
@@ -318,8 +329,9 @@ class MicroBatch:
         return self.compute_s + self.tp_s + self.cp_s + self.ep_s
 
 
-def micro_batch(report: Report, stage: int, execution: Execution | None = None,
-                calibration_: Calibration | None = None) -> MicroBatch:
+def micro_batch(
+    report: Report, stage: int, execution: Execution | None = None, calibration_: Calibration | None = None
+) -> MicroBatch:
     """The time of one micro-batch on one GPU of pipeline stage ``stage`` (0-based)."""
     p = report.plan
     ex = execution or execution_for(p.accounting.name)
@@ -336,20 +348,25 @@ def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> 
     work = _layer_work(m, s, flash)
     layers = st.layers
     n = len(layers)
-    split = t * c              # TP splits every matmul and the heads; CP the tokens (zig-zag balanced)
+    split = t * c  # TP splits every matmul and the heads; CP the tokens (zig-zag balanced)
 
     # ---- GEMMs, as a roofline: the FLOP at the matmul rate, or the weights read and the gradients accumulated
     # every micro-batch at HBM bandwidth, whichever is longer (the routed experts apart: few tokens reach each)
     tokens = s * b
     head = compute.head_params(m) if st.index == p.pp - 1 else 0.0
-    passes = 1 + compute.BACKWARD_PER_FORWARD + (1 if p.recompute == "full" else 0)     # forwards' worth of FLOP
-    weight_bytes = WEIGHT_READS_PER_MICRO_BATCH * ACT_BYTES + 2 * p.accounting.bytes_per_param.grads \
+    passes = 1 + compute.BACKWARD_PER_FORWARD + (1 if p.recompute == "full" else 0)  # forwards' worth of FLOP
+    weight_bytes = (
+        WEIGHT_READS_PER_MICRO_BATCH * ACT_BYTES
+        + 2 * p.accounting.bytes_per_param.grads
         + (ACT_BYTES if p.recompute == "full" else 0)
+    )
     dense_flop = (work.span(work.dense_flop, layers) * tokens) / split
     head_flop = compute.forward_flop(head, tokens) / split
     expert_flop = work.span(work.expert_flop, layers) * tokens / split
-    dense_s = max((passes * dense_flop + 3 * head_flop) / rate,
-                  (work.span(work.dense_params, layers) + head) / t * weight_bytes / _hbm(hw))
+    dense_s = max(
+        (passes * dense_flop + 3 * head_flop) / rate,
+        (work.span(work.dense_params, layers) + head) / t * weight_bytes / _hbm(hw),
+    )
     expert_bytes = work.span(work.expert_params, layers) / (d.etp * e) * weight_bytes
     expert_s = max(passes * expert_flop / rate, expert_bytes / _hbm(hw)) if expert_flop else 0.0
     gemm = dense_s + expert_s
@@ -406,8 +423,9 @@ def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> 
     link = report.link["ep"]
     if e > 1 and link and st.moe_layers:
         tokens = tokens_per_gpu(s, b, c, t, p.sequence_parallel)
-        one = wire(all_to_all_bytes(e, tokens * m.experts_per_token * h * ACT_BYTES), link) + \
-            collective_latency_s("all-to-all", e, link)
+        one = wire(all_to_all_bytes(e, tokens * m.experts_per_token * h * ACT_BYTES), link) + collective_latency_s(
+            "all-to-all", e, link
+        )
         count = EP_ALL_TO_ALLS_FORWARD * (3 if p.recompute == "full" else 2)
         ep_s = count * one * st.moe_layers
         if dualpipe(p, ex):
@@ -437,7 +455,7 @@ def _dp_exposed_s(report: Report, mb: MicroBatch, units: int, ex: Execution, cal
     # all-reduce, reduce-scatter and all-gather keep their ratios), so one computation serves the DP, CP and EDP parts
     total = sum(sync_terms(2, 1.0, schedule, m).values())
     groups = {"dp": d.dp, "cp": d.cp, "edp": d.expert_dp}
-    slots = {"forward": [0.0, 0.0], "backward": [0.0, 0.0], "after": [0.0, 0.0]}   # [every micro-batch, once]
+    slots = {"forward": [0.0, 0.0], "backward": [0.0, 0.0], "after": [0.0, 0.0]}  # [every micro-batch, once]
     for c in schedule:
         occurrences = m if c.per_micro_batch else 1
         share = c.bytes(2, 1.0, m) / total if total else 0.0
@@ -456,8 +474,11 @@ def _dp_exposed_s(report: Report, mb: MicroBatch, units: int, ex: Execution, cal
         return min(busy, max(0.0, busy - window) + busy / units)
 
     fwd, bwd, after = slots["forward"], slots["backward"], slots["after"]
-    return ((m - 1) * (exposed(fwd[0], mb.forward_s) + exposed(bwd[0], mb.backward_s))
-            + exposed(fwd[0] + fwd[1] + after[0] + after[1], mb.forward_s) + exposed(bwd[0] + bwd[1], mb.backward_s))
+    return (
+        (m - 1) * (exposed(fwd[0], mb.forward_s) + exposed(bwd[0], mb.backward_s))
+        + exposed(fwd[0] + fwd[1] + after[0] + after[1], mb.forward_s)
+        + exposed(bwd[0] + bwd[1], mb.backward_s)
+    )
 
 
 def _slowest_stage(report: Report, ex: Execution, cal: Calibration) -> tuple[int, MicroBatch]:
@@ -467,9 +488,16 @@ def _slowest_stage(report: Report, ex: Execution, cal: Calibration) -> tuple[int
     best: tuple[int, MicroBatch] | None = None
     seen: set[tuple] = set()
     for st in p.stages:
-        key = (*(work.span(col, st.layers) for col in (work.dense_flop, work.expert_flop, work.softmax, work.linear,
-                                                         work.expert_params)),
-               st.num_layers, st.full_attention_layers, st.moe_layers, st.index == p.pp - 1)
+        key = (
+            *(
+                work.span(col, st.layers)
+                for col in (work.dense_flop, work.expert_flop, work.softmax, work.linear, work.expert_params)
+            ),
+            st.num_layers,
+            st.full_attention_layers,
+            st.moe_layers,
+            st.index == p.pp - 1,
+        )
         if key in seen:
             continue
         seen.add(key)
@@ -494,7 +522,7 @@ def step_time(report: Report, execution: Execution | None = None, calibration_: 
     pp_mb = 0.0
     if pp > 1 and link and not dualpipe(p, ex):
         sent = report.comm_bytes_per_step["pp"] / m
-        if ex.pp_scatter_gather and not (p.accounting.pp_send_divided_by_tp and p.sequence_parallel):
+        if ex.pp_scatter_gather and not p.accounting.pp_send_divided(p.sequence_parallel):
             sent /= p.tp
         pp_mb = sent / (hw.bandwidth(link) * cal.link_efficiency) + 2 * v * collective_latency_s("send", 2, link)
     slot = mb.total_s + pp_mb
@@ -507,9 +535,16 @@ def step_time(report: Report, execution: Execution | None = None, calibration_: 
     units = max(p.stages[k].num_layers, 1)
     states = report.model_states_terms
     optimizer_bytes = sum(states.values()) + sum(states.get(x, 0.0) for x in ("master", "adam_m", "adam_v"))
-    return StepTime(compute_s=m * mb.compute_s, tp_s=m * mb.tp_s, cp_s=m * mb.cp_s, ep_s=m * mb.ep_s, pp_s=m * pp_mb,
-                    dp_exposed_s=_dp_exposed_s(report, mb, units, ex, cal), bubble_s=bubble,
-                    optimizer_s=optimizer_bytes / _hbm(hw))
+    return StepTime(
+        compute_s=m * mb.compute_s,
+        tp_s=m * mb.tp_s,
+        cp_s=m * mb.cp_s,
+        ep_s=m * mb.ep_s,
+        pp_s=m * pp_mb,
+        dp_exposed_s=_dp_exposed_s(report, mb, units, ex, cal),
+        bubble_s=bubble,
+        optimizer_s=optimizer_bytes / _hbm(hw),
+    )
 
 
 # ---------------------------------------------------------------- FLOP, MFU, HFU
@@ -551,13 +586,35 @@ def step_report(report: Report, execution: Execution | None = None) -> dict:
     p = report.plan
     ex = execution or execution_for(p.accounting.name)
     st = step_time(report, ex)
-    return {"step_time_s": st.total_s, "step_time_terms_s": st.terms(), "tokens_per_step": p.tokens_per_step,
-            "mfu": mfu(report, st.total_s), "hfu": hfu(report, st.total_s),
-            "model_flop_per_step": model_flop_per_step(report),
-            "hardware_flop_per_step": hardware_flop_per_step(report), "peak_flop_per_s": _peak(p.hardware),
-            "execution": {f.name: getattr(ex, f.name) for f in fields(ex)}}
+    return {
+        "step_time_s": st.total_s,
+        "step_time_terms_s": st.terms(),
+        "tokens_per_step": p.tokens_per_step,
+        "mfu": mfu(report, st.total_s),
+        "hfu": hfu(report, st.total_s),
+        "model_flop_per_step": model_flop_per_step(report),
+        "hardware_flop_per_step": hardware_flop_per_step(report),
+        "peak_flop_per_s": _peak(p.hardware),
+        "execution": {f.name: getattr(ex, f.name) for f in fields(ex)},
+    }
 
 
-__all__ = ["PHYSICAL_RANGES", "TERMS", "Calibration", "Execution", "MicroBatch", "StepTime", "calibration",
-           "collective_latency_s", "execution_for", "fit_data", "hardware_flop_per_step", "hfu", "mfu",
-           "micro_batch", "model_flop_per_step", "step_report", "step_time"]
+__all__ = [
+    "PHYSICAL_RANGES",
+    "TERMS",
+    "Calibration",
+    "Execution",
+    "MicroBatch",
+    "StepTime",
+    "calibration",
+    "collective_latency_s",
+    "execution_for",
+    "fit_data",
+    "hardware_flop_per_step",
+    "hfu",
+    "mfu",
+    "micro_batch",
+    "model_flop_per_step",
+    "step_report",
+    "step_time",
+]
