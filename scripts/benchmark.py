@@ -72,8 +72,9 @@ def bench_search(repeat: int = 3) -> None:
         samples = []
         for _ in range(repeat):
             t0 = time.perf_counter()
-            result = search("llama-3.1-405b", gpus=16384, seq=8192, global_batch=2048, hardware="h100-sxm-80gb",
-                            accounting=ledger)
+            result = search(
+                "llama-3.1-405b", gpus=16384, seq=8192, global_batch=2048, hardware="h100-sxm-80gb", accounting=ledger
+            )
             samples.append(time.perf_counter() - t0)
         print(
             f"search(llama-3.1-405b, 16,384 GPUs, {ledger}): {result.enumerated:,} plans, {len(result.ranked):,} "
@@ -91,15 +92,23 @@ def bench_schedule() -> None:
     """The pipeline-schedule simulator at about its size bound (``schedule.MAX_FORWARDS`` forward passes)."""
     from meshplan import schedule
 
-    for kind, p, m, v in (("gpipe", 400, 500, 1), ("1f1b", 400, 500, 1), ("interleaved", 100, 1000, 2),
-                          ("zb-h1", 400, 500, 1), ("zb-h2", 200, 1000, 1), ("dualpipe", 200, 1000, 1),
-                          ("dualpipev", 200, 500, 1)):
+    for kind, p, m, v in (
+        ("gpipe", 400, 500, 1),
+        ("1f1b", 400, 500, 1),
+        ("interleaved", 100, 1000, 2),
+        ("zb-h1", 400, 500, 1),
+        ("zb-h2", 200, 1000, 1),
+        ("dualpipe", 200, 1000, 1),
+        ("dualpipev", 200, 500, 1),
+    ):
         t0 = time.perf_counter()
         t = schedule.simulate(kind, p, m, v)
         dt = time.perf_counter() - t0
         ops = sum(len(o) for o in schedule.orders(kind, p, m, v))
-        print(f"simulate({kind}, p={p}, m={m}, v={v}): {ops:,} operations in {dt:.2f} s, "
-              f"{ops / dt:,.0f} operations/s (bubble {t.bubble:.4f})")
+        print(
+            f"simulate({kind}, p={p}, m={m}, v={v}): {ops:,} operations in {dt:.2f} s, "
+            f"{ops / dt:,.0f} operations/s (bubble {t.bubble:.4f})"
+        )
 
 
 def timed(cmd: list[str]) -> float:
@@ -119,8 +128,10 @@ def main() -> int:
         pytest = [sys.executable, "-m", "pytest", "-q"]
         nbval = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
         print(f"make check: {timed(['make', 'check']):.1f} s")
-        print(f"make test part 1 (pytest + strict nbval, not site): "
-              f"{timed([*pytest, *nbval, '-m', 'not site', 'tests', 'notebooks']):.1f} s")
+        print(
+            f"make test part 1 (pytest + strict nbval, not site): "
+            f"{timed([*pytest, *nbval, '-m', 'not site', 'tests', 'notebooks']):.1f} s"
+        )
         print(f"make test part 2 (the site from stored outputs): {timed(['make', 'book-stored']):.1f} s")
         print(f"make test part 3 (pytest -m site): {timed([*pytest, '-m', 'site', 'tests']):.1f} s")
         shutil.rmtree(ROOT / "_build", ignore_errors=True)

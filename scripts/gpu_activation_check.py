@@ -21,6 +21,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import meshplan
 from meshplan import activations
@@ -30,8 +31,9 @@ OUT = Path(__file__).resolve().parents[1] / "lib" / "meshplan" / "data" / "gpu_a
 
 def build_layer(torch, h, a, p_drop=0.1):
     nn, F = torch.nn, torch.nn.functional
+    Module: Any = nn.Module  # torch arrives as an argument (imported after the CUDA check), so no static type
 
-    class Layer(nn.Module):
+    class Layer(Module):
         def __init__(self, selective):
             super().__init__()
             self.selective = selective
@@ -44,7 +46,7 @@ def build_layer(torch, h, a, p_drop=0.1):
             probs = F.dropout(torch.softmax(scores, dim=-1), p_drop, self.training)
             return torch.matmul(probs, v)
 
-        def forward(self, x):                      # x: (s, b, h)
+        def forward(self, x):  # x: (s, b, h)
             s, b, _ = x.shape
             q, k, v = self.qkv(self.ln1(x)).view(s, b, a, 3, h // a).permute(3, 1, 2, 0, 4)
             if self.selective:
@@ -82,7 +84,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", type=int, nargs="+", default=[2048, 4096])
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--cpu-smoke", action="store_true", help="run tiny shapes on the CPU to test the code; writes nothing")
+    ap.add_argument(
+        "--cpu-smoke", action="store_true", help="run tiny shapes on the CPU to test the code; writes nothing"
+    )
     args = ap.parse_args(argv)
     import torch
 
@@ -104,12 +108,25 @@ def main(argv=None) -> int:
         for mode in ("none", "selective"):
             stored, peak = measure(torch, "cuda", h, a, s, b, mode == "selective")
             pred = activations.activation_bytes_per_layer(s, b, h, a, t=1, recompute=mode)
-            rows.append({"seq": s, "micro_batch": b, "hidden": h, "heads": a, "recompute": mode,
-                         "predicted_bytes": pred, "measured_stored_bytes": stored, "measured_peak_bytes": peak,
-                         "ratio": stored / pred})
-    doc = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "formula": "Korthikanti et al. 2022 (arXiv:2205.05198) Table 2: sbh(34 + 5as/h), selective sbh·34",
-           "rows": rows}
+            rows.append(
+                {
+                    "seq": s,
+                    "micro_batch": b,
+                    "hidden": h,
+                    "heads": a,
+                    "recompute": mode,
+                    "predicted_bytes": pred,
+                    "measured_stored_bytes": stored,
+                    "measured_peak_bytes": peak,
+                    "ratio": stored / pred,
+                }
+            )
+    doc = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "formula": "Korthikanti et al. 2022 (arXiv:2205.05198) Table 2: sbh(34 + 5as/h), selective sbh·34",
+        "rows": rows,
+    }
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
     return 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from meshplan import calibration
 from meshplan.resources import data_path
@@ -22,24 +23,32 @@ from meshplan.steptime import fit_data
 
 def table(rows: list[calibration.Row]) -> str:
     """Markdown: one row per run, predicted against published, grouped, with the published metric."""
+
     def pct(pair: tuple[float | None, float]) -> str:
         printed, predicted = pair
         return ("" if printed is None else f"{100 * printed:.1f} / ") + f"{100 * predicted:.1f} %"
 
-    out = ["| run | group | published metric | as printed | predicted | published step (s) | predicted step (s) "
-           "| error | MFU (published / predicted) | HFU (published / predicted) |",
-           "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        "| run | group | published metric | as printed | predicted | published step (s) | predicted step (s) "
+        "| error | MFU (published / predicted) | HFU (published / predicted) |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         pub = r.published
-        out.append(f"| {r.id} | {r.group} | {pub.metric} | {pub.value:,.4g} | {r.predicted_metric:,.4g} | "
-                   f"{pub.step_s:,.3f} | {r.predicted_s:,.3f} | {100 * r.error:+.1f} % | {pct(r.mfu)} | "
-                   f"{pct(r.hfu)} |")
+        out.append(
+            f"| {r.id} | {r.group} | {pub.metric} | {pub.value:,.4g} | {r.predicted_metric:,.4g} | "
+            f"{pub.step_s:,.3f} | {r.predicted_s:,.3f} | {100 * r.error:+.1f} % | {pct(r.mfu)} | "
+            f"{pct(r.hfu)} |"
+        )
     out += ["", "| set | runs | median error | largest error |", "|---|---:|---:|---:|"]
     for group, e in calibration.summary(rows).items():
         out.append(f"| {group} | {e['n']} | {100 * e['median']:.1f} % | {100 * e['max']:.1f} % |")
     cal = stored_calibration()
-    out += ["", "Constants (fitted on the fit set only): " + ", ".join(
-        f"{k} = {getattr(cal, k):g}" for k in calibration.PHYSICAL_RANGES)]
+    out += [
+        "",
+        "Constants (fitted on the fit set only): "
+        + ", ".join(f"{k} = {getattr(cal, k):g}" for k in calibration.PHYSICAL_RANGES),
+    ]
     unscored = [r for r in rows if not r.scored]
     if unscored:
         out += ["", "Not scored:"] + [f"- {r.id}: {r.note}" for r in unscored]
@@ -65,11 +74,24 @@ def plot(rows: list[calibration.Row], path: str) -> None:
     markers = iter("osD^vP*X")
     for group in dict.fromkeys(r.group for r in rows):
         sel = [r for r in rows if r.group == group]
-        hollow = {"facecolors": "none", "edgecolors": "black"} if group.startswith("not") else {}
-        ax.scatter([r.published.step_s for r in sel], [r.predicted_s for r in sel], marker=next(markers), s=28,
-                   label=group, **hollow)
-    ax.set(xscale="log", yscale="log", xlim=xs, ylim=xs, xlabel="published step time (s)",
-           ylabel="predicted step time (s)", title="meshplan step time against published runs")
+        hollow: dict[str, Any] = {"facecolors": "none", "edgecolors": "black"} if group.startswith("not") else {}
+        ax.scatter(
+            [r.published.step_s for r in sel],
+            [r.predicted_s for r in sel],
+            marker=next(markers),
+            s=28,
+            label=group,
+            **hollow,
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=xs,
+        ylim=xs,
+        xlabel="published step time (s)",
+        ylabel="predicted step time (s)",
+        title="meshplan step time against published runs",
+    )
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, format="png", metadata={"Software": None})
@@ -79,14 +101,16 @@ def plot(rows: list[calibration.Row], path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", metavar="PNG", help="write the predicted-vs-published plot to this path")
-    parser.add_argument("--write-fit", action="store_true",
-                        help="refit the constants on the fit set and rewrite data/steptime_fit.json")
+    parser.add_argument(
+        "--write-fit", action="store_true", help="refit the constants on the fit set and rewrite data/steptime_fit.json"
+    )
     args = parser.parse_args(argv)
     if args.write_fit:
         cal = calibration.fit()
         record = calibration.fit_record(cal, calibration.validate(cal))
-        data_path("steptime_fit.json").write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n",
-                                                  encoding="utf-8")
+        data_path("steptime_fit.json").write_text(
+            json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         fit_data.cache_clear()
         stored_calibration.cache_clear()
     rows = calibration.validate()

@@ -24,6 +24,10 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from playwright.sync_api import BrowserContext, ViewportSize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SITE_DIR = Path(os.environ.get("MESHPLAN_SITE_DIR", REPO_ROOT / "_build" / "html"))  # the built book
@@ -69,11 +73,16 @@ def site_url(relpath: str) -> str:
 class OfflineBrowser:
     """A browser context whose non-``file://`` requests are aborted and recorded."""
 
-    context: object  # playwright.sync_api.BrowserContext
+    context: BrowserContext
     blocked: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
 
-    def open(self, relpath: str, wait_until: str = "load", viewport: dict | None = None):
+    def open(
+        self,
+        relpath: str,
+        wait_until: Literal["commit", "domcontentloaded", "load", "networkidle"] = "load",
+        viewport: ViewportSize | None = None,
+    ):
         """Open a page of the built site (path relative to _build/html), at ``viewport`` if given."""
         if not site_page_exists(relpath):
             raise FileNotFoundError(f"{site_path(relpath)} does not exist: run `make book`")
@@ -157,8 +166,8 @@ def offline_browser() -> Iterator[OfflineBrowser]:
 # the book theme's colour variables (pydata-sphinx-theme 0.17's values, light and ``data-theme="dark"``) and its
 # content width, so the widgets meet the variables they read in the book.
 
-DESKTOP = {"width": 1366, "height": 900}
-PHONE = {"width": 390, "height": 844}
+DESKTOP: ViewportSize = {"width": 1366, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 THEME_CSS = """
 html{--pst-color-background:#fff;--pst-color-on-background:#fff;--pst-color-surface:#f3f4f5;
@@ -176,13 +185,16 @@ main{max-width:757px;margin:0 auto;padding:0 16px}
 def standalone_page(path: Path, body: str, dark: bool = False, title: str = "widget") -> Path:
     """Write ``body`` (widgets' HTML) into a minimal themed page at ``path``; returns the path."""
     theme = ' data-theme="dark"' if dark else ""
-    path.write_text(f'<!doctype html><html lang="en"{theme}><head><meta charset="utf-8">'
-                    f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>'
-                    f"<style>{THEME_CSS}</style></head><body><main>{body}</main></body></html>", encoding="utf-8")
+    path.write_text(
+        f'<!doctype html><html lang="en"{theme}><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{title}</title>'
+        f"<style>{THEME_CSS}</style></head><body><main>{body}</main></body></html>",
+        encoding="utf-8",
+    )
     return path
 
 
-def open_standalone(browser: OfflineBrowser, path: Path, viewport: dict = DESKTOP):
+def open_standalone(browser: OfflineBrowser, path: Path, viewport: ViewportSize = DESKTOP):
     """Open a standalone page at a viewport size; page errors go to ``browser.page_errors``."""
     page = browser.context.new_page()
     page.set_viewport_size(viewport)
@@ -197,7 +209,7 @@ def horizontal_overflow(page) -> int:
 
 
 @contextlib.contextmanager
-def site_page(relpath: str, viewport: dict | None = None) -> Iterator:
+def site_page(relpath: str, viewport: ViewportSize | None = None) -> Iterator:
     """Open a page of the built site (skipped if not built, see ``require_site``) in a fresh offline context;
     on leaving, assert that it requested nothing from the network and threw no error."""
     require_site(relpath)
@@ -235,8 +247,11 @@ def choose(exercise, name: str, text: str) -> None:
 
 def chosen(exercise, name: str) -> str:
     """The text shown for a control's value (slider output, checked radio button, selected option)."""
-    return exercise.evaluate("""(root, name) => {
+    return exercise.evaluate(
+        """(root, name) => {
         const el = root.querySelector(`.mp-control[data-name="${name}"]`);
         if (el.tagName === 'INPUT') return el.parentNode.querySelector('.mp-value').textContent;
         if (el.tagName === 'SELECT') return el.options[el.selectedIndex].textContent;
-        return el.querySelector('input:checked').parentNode.textContent; }""", name)
+        return el.querySelector('input:checked').parentNode.textContent; }""",
+        name,
+    )

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,8 +41,10 @@ BAD = {
     "tp_heads": ("--model small-3.7m --gpus 8 --tp 8", ["tp=8", "4 attention heads"]),
     "tp_kv_heads": ("--model {tmp}/kv6.json --gpus 4 --tp 4", ["tp=4", "6 KV heads"]),
     "pp_layers": ("--model qwen3.8-27b --gpus 24 --pp 3 --tp 8", ["pp=3", "64 layers"]),
-    "interleaved_m": ("--model qwen3.8-27b --gpus 8 --pp 8 --virtual-stages 2 --micro-batches 4",
-                      ["micro_batches=4", "pp=8"]),
+    "interleaved_m": (
+        "--model qwen3.8-27b --gpus 8 --pp 8 --virtual-stages 2 --micro-batches 4",
+        ["micro_batches=4", "pp=8"],
+    ),
     "pp_v_layers": ("--model qwen3.8-27b --gpus 8 --pp 8 --virtual-stages 3", ["pp×virtual_stages = 8×3", "64 layers"]),
     "cp_seq": ("--model qwen3.8-27b --gpus 3 --cp 3 --seq 4096", ["cp=3", "seq=4096"]),
     "ep_experts": ("--model deepseek-v3 --gpus 6 --ep 3", ["ep=3", "256 experts"]),
@@ -56,8 +59,10 @@ BAD = {
     "gpus_per_node": ("--model qwen3.8-27b --gpus 12 --gpus-per-node 8", ["gpus_per_node=8", "gpus=12"]),
     "memory_zero": ("--model qwen3.8-27b --gpus 8 --gpu-memory-gb 0", ["gpu-memory-gb=0"]),
     # a 300-digit sequence length: activations overflow a float; --json must not print the token Infinity
-    "seq_overflow": ("--model qwen3.8-27b --gpus 8 --json --seq " + "9" * 300,
-                     ["seq=999999999999…", "(300 digits) is more than the 67,108,864 this library plans for"]),
+    "seq_overflow": (
+        "--model qwen3.8-27b --gpus 8 --json --seq " + "9" * 300,
+        ["seq=999999999999…", "(300 digits) is more than the 67,108,864 this library plans for"],
+    ),
     "invalid_json": ("--model {tmp}/broken.json --gpus 8", ["malformed config", "invalid JSON", "broken.json"]),
     "missing_hidden_size": ("--model {tmp}/nohidden.json --gpus 8", ["missing key 'hidden_size'", "nohidden.json"]),
     "unsupported_type": ("--model {tmp}/mamba.json --gpus 8", ["model_type 'mamba'", "missing key 'hidden_size'"]),
@@ -73,14 +78,19 @@ MALFORMED_BUGS = {  # malformed configs that end in a traceback instead of one l
 }
 
 KV6 = {  # a Llama-style config with 24 query heads and 6 KV heads
-    "model_type": "llama", "hidden_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 24,
-    "num_key_value_heads": 6, "intermediate_size": 4096, "vocab_size": 32000,
+    "model_type": "llama",
+    "hidden_size": 1536,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 6,
+    "intermediate_size": 4096,
+    "vocab_size": 32000,
 }
 
 
 def _argv(spec: str, tmp: Path) -> list[str]:
     args = spec.replace("{tmp}", str(tmp)).split()
-    return [sys.executable, "-m", "meshplan"] + (["plan"] + args if args != [] else [])
+    return [sys.executable, "-m", "meshplan"] + (["plan", *args] if args != [] else [])
 
 
 @pytest.fixture(scope="module")
@@ -92,16 +102,36 @@ def runs(tmp_path_factory):
     del nohidden["hidden_size"]
     (tmp / "nohidden.json").write_text(json.dumps(nohidden))
     (tmp / "mamba.json").write_text(json.dumps({"model_type": "mamba"}))
-    (tmp / "ninner.json").write_text(json.dumps({"model_type": "gpt2", "vocab_size": 100, "n_positions": 8,
-                                                 "n_embd": 16, "n_layer": 2, "n_head": 2, "n_inner": "big"}))
+    (tmp / "ninner.json").write_text(
+        json.dumps(
+            {
+                "model_type": "gpt2",
+                "vocab_size": 100,
+                "n_positions": 8,
+                "n_embd": 16,
+                "n_layer": 2,
+                "n_head": 2,
+                "n_inner": "big",
+            }
+        )
+    )
     (tmp / "textcfg.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": 5}))
     (tmp / "kv0.json").write_text(json.dumps({**KV6, "num_key_value_heads": 0}))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "lib")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     specs = {**OK, **{k: v[0] for k, v in BAD.items()}, **BUG_CASES, **{k: v[0] for k, v in MALFORMED_BUGS.items()}}
-    procs = {name: subprocess.Popen(_argv(spec, tmp), cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, encoding="utf-8")
-             for name, spec in specs.items()}
+    procs = {
+        name: subprocess.Popen(
+            _argv(spec, tmp),
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+        )
+        for name, spec in specs.items()
+    }
     out = {}
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=60)
@@ -112,6 +142,7 @@ def runs(tmp_path_factory):
 def _strict_json(text: str):
     def reject(const):
         raise ValueError(f"not JSON: {const}")
+
     return json.loads(text, parse_constant=reject)
 
 
@@ -153,11 +184,16 @@ def test_json_values_lab64_zero1(runs):
     assert [f"{mem[k] / 1e9:.1f}" for k in ("model_states", "activations", "total")] == ["12.2", "0.3", "12.5"]
     assert obj["fits"] is True
     comm = obj["comm_bytes_per_step"]
-    assert {k: f"{comm[k] / 1e9:.1f}" for k in DIMS} == {"dp": "5.2", "tp": "75.2", "pp": "0.7", "cp": "0.0",
-                                                         "ep": "0.0", "edp": "0.0"}
+    assert {k: f"{comm[k] / 1e9:.1f}" for k in DIMS} == {
+        "dp": "5.2",
+        "tp": "75.2",
+        "pp": "0.7",
+        "cp": "0.0",
+        "ep": "0.0",
+        "edp": "0.0",
+    }
     assert comm["cp"] == 0 and comm["ep"] == 0 and comm["edp"] == 0
-    assert obj["link"] == {"dp": "infiniband", "tp": "nvlink", "pp": "infiniband", "cp": None, "ep": None,
-                           "edp": None}
+    assert obj["link"] == {"dp": "infiniband", "tp": "nvlink", "pp": "infiniband", "cp": None, "ep": None, "edp": None}
     assert obj["bubble"] == 0.125
     # the same numbers as the library
     r = evaluate(lab_plan(LAB_64_GPUS[2]))
@@ -201,7 +237,7 @@ def test_table_output(runs):
     assert "qwen3.8-27b" in fits and "27,781,427,952 parameters on 64 GPUs" in fits
     assert "fits in 80 GB" in fits and "does NOT fit" not in fits
     assert "21.9 %" in fits
-    lines = {line.split()[0]: line for line in fits.splitlines() if line.startswith("  TP") or line.startswith("  PP")}
+    lines = {line.split()[0]: line for line in fits.splitlines() if line.startswith(("  TP", "  PP"))}
     assert "75.2 GB" in lines["TP"] and "NVLink" in lines["TP"]
     assert "2.7 GB" in lines["PP"] and "InfiniBand" in lines["PP"]
     big = _ok(runs, "lab8_selective_table")
@@ -222,17 +258,20 @@ def test_bad_input_one_line_exit_2(runs, name):
         assert needle in stderr, (needle, stderr)
 
 
-@pytest.mark.parametrize("name, kwargs", [
-    ("gpus_not_product", dict(model="qwen3.8-27b", gpus=8, dp=4)),
-    ("tp_heads", dict(model="small-3.7m", gpus=8, tp=8)),
-    ("pp_layers", dict(model="qwen3.8-27b", gpus=24, pp=3, tp=8)),
-    ("interleaved_m", dict(model="qwen3.8-27b", gpus=8, pp=8, virtual_stages=2, micro_batches=4)),
-    ("cp_seq", dict(model="qwen3.8-27b", gpus=3, cp=3, seq=4096)),
-    ("ep_experts", dict(model="deepseek-v3", gpus=6, ep=3)),
-    ("ep_dp_cp", dict(model="deepseek-v3", gpus=8, ep=16)),
-    ("ep_dense", dict(model="qwen3.8-27b", gpus=8, ep=2)),
-    ("unknown_model", dict(model="no-such-model", gpus=8)),
-])
+@pytest.mark.parametrize(
+    "name, kwargs",
+    [
+        ("gpus_not_product", {"model": "qwen3.8-27b", "gpus": 8, "dp": 4}),
+        ("tp_heads", {"model": "small-3.7m", "gpus": 8, "tp": 8}),
+        ("pp_layers", {"model": "qwen3.8-27b", "gpus": 24, "pp": 3, "tp": 8}),
+        ("interleaved_m", {"model": "qwen3.8-27b", "gpus": 8, "pp": 8, "virtual_stages": 2, "micro_batches": 4}),
+        ("cp_seq", {"model": "qwen3.8-27b", "gpus": 3, "cp": 3, "seq": 4096}),
+        ("ep_experts", {"model": "deepseek-v3", "gpus": 6, "ep": 3}),
+        ("ep_dp_cp", {"model": "deepseek-v3", "gpus": 8, "ep": 16}),
+        ("ep_dense", {"model": "qwen3.8-27b", "gpus": 8, "ep": 2}),
+        ("unknown_model", {"model": "no-such-model", "gpus": 8}),
+    ],
+)
 def test_library_raises_the_same_message(runs, name, kwargs):
     with pytest.raises(ValueError) as exc:
         Plan.create(**kwargs)
@@ -251,8 +290,15 @@ def test_library_kv_heads_message(tmp_path):
 
 
 def test_library_rejects_bad_sizes():
-    for kwargs, needle in [(dict(tp=0), "tp=0"), (dict(tp=-2), "tp=-2"), (dict(tp=1.5), "tp=1.5"),
-                           (dict(zero=5), "zero=5"), (dict(tp=True), "tp=True"), (dict(recompute="all"), "recompute")]:
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"tp": 0}, "tp=0"),
+        ({"tp": -2}, "tp=-2"),
+        ({"tp": 1.5}, "tp=1.5"),
+        ({"zero": 5}, "zero=5"),
+        ({"tp": True}, "tp=True"),
+        ({"recompute": "all"}, "recompute"),
+    ]
+    for kwargs, needle in bad:
         with pytest.raises(ValueError, match="must be") as exc:
             Plan.create("qwen3.8-27b", gpus=8, dp=8, **kwargs)
         assert needle in str(exc.value)
@@ -270,7 +316,7 @@ def test_malformed_config_is_one_line_not_a_traceback(runs, name):
     """BUG (model.py): unchecked config values reach arithmetic: gpt2 'n_inner' is read with cfg.get (a word
     raises TypeError), a non-object 'text_config' raises TypeError, and 0 KV heads is accepted by _llama and
     divides by zero in evaluate() with cp > 1."""
-    rc, stdout, stderr = runs[name]
+    rc, _stdout, stderr = runs[name]
     assert "Traceback" not in stderr, stderr.strip().splitlines()[-1]
     assert rc == 2 and stderr.count("\n") == 1
     assert MALFORMED_BUGS[name][1] in stderr

@@ -16,21 +16,74 @@ from hypothesis import strategies as st
 
 from meshplan import cli
 
-VALUES = ["1", "2", "3", "4", "8", "16", "64", "0", "-1", "-8", "+8", "1_000", "9" * 40, "1e308", "nan", "inf",
-          "", "abc", "٣", "8.0", "0x10", " 8 ", "1048577"]
-PLAN_OPTIONS = ["--gpus", "--tp", "--cp", "--ep", "--pp", "--dp", "--expert-tp", "--seq", "--micro-batch-size",
-                "--micro-batches", "--global-batch", "--virtual-stages", "--gpus-per-node", "--gpu-memory-gb"]
-CHOICES = {"--zero": ["0", "1", "2", "3", "4", "-1", "1.0"], "--recompute": ["none", "selective", "full", "x"],
-           "--order": ["tp-cp-pp-dp", "tp-cp-ep-dp-pp", "bogus", "", "tp-tp-pp-dp"],
-           "--hardware": ["lab", "h100-sxm-80gb", "b200-sxm-180gb", "nope", "/dev/null", "x" * 300],
-           "--accounting": ["lab", "megatron", "fsdp2", "deepspeed", "dummy"],
-           "--model": ["qwen3.8-27b", "deepseek-v3", "small-3.7m", "public/mixtral-8x7b-v0.1", "nope", "",
-                       "/etc/passwd", "x" * 5000]}
+VALUES = [
+    "1",
+    "2",
+    "3",
+    "4",
+    "8",
+    "16",
+    "64",
+    "0",
+    "-1",
+    "-8",
+    "+8",
+    "1_000",
+    "9" * 40,
+    "1e308",
+    "nan",
+    "inf",
+    "",
+    "abc",
+    "٣",
+    "8.0",
+    "0x10",
+    " 8 ",
+    "1048577",
+]
+PLAN_OPTIONS = [
+    "--gpus",
+    "--tp",
+    "--cp",
+    "--ep",
+    "--pp",
+    "--dp",
+    "--expert-tp",
+    "--seq",
+    "--micro-batch-size",
+    "--micro-batches",
+    "--global-batch",
+    "--virtual-stages",
+    "--gpus-per-node",
+    "--gpu-memory-gb",
+]
+CHOICES = {
+    "--zero": ["0", "1", "2", "3", "4", "-1", "1.0"],
+    "--recompute": ["none", "selective", "full", "x"],
+    "--order": ["tp-cp-pp-dp", "tp-cp-ep-dp-pp", "bogus", "", "tp-tp-pp-dp"],
+    "--hardware": ["lab", "h100-sxm-80gb", "b200-sxm-180gb", "nope", "/dev/null", "x" * 300],
+    "--accounting": ["lab", "megatron", "fsdp2", "deepspeed", "dummy"],
+    "--model": [
+        "qwen3.8-27b",
+        "deepseek-v3",
+        "small-3.7m",
+        "public/mixtral-8x7b-v0.1",
+        "nope",
+        "",
+        "/etc/passwd",
+        "x" * 5000,
+    ],
+}
 FLAGS = ["--no-sp", "--uneven-stages", "--json"]
-SCHEDULE = {"--kind": ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipev", "bogus"],
-            "--pp": ["1", "2", "4", "8", "3000", "0", "-2", "9" * 30], "--micro-batches": ["1", "4", "8", "16", "3000"],
-            "--virtual-stages": ["1", "2", "9" * 400], "--f": ["1", "0", "2.5", "1e308", "nan", "-1"],
-            "--b": ["1", "0", "2"], "--w": ["1", "0", "inf"]}
+SCHEDULE = {
+    "--kind": ["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipev", "bogus"],
+    "--pp": ["1", "2", "4", "8", "3000", "0", "-2", "9" * 30],
+    "--micro-batches": ["1", "4", "8", "16", "3000"],
+    "--virtual-stages": ["1", "2", "9" * 400],
+    "--f": ["1", "0", "2.5", "1e308", "nan", "-1"],
+    "--b": ["1", "0", "2"],
+    "--w": ["1", "0", "inf"],
+}
 
 
 @st.composite
@@ -86,8 +139,9 @@ def check(argv: list[str]) -> None:
         assert len(err) < 700, (argv, err)
 
 
-FUZZ = settings(max_examples=250, derandomize=True, deadline=5000, database=None,
-                suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=250, derandomize=True, deadline=5000, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @FUZZ
@@ -114,8 +168,17 @@ def test_known_hostile_lines():
         ("schedule", "--kind", "gpipe", "--pp", "3000", "--micro-batches", "3000"): "formula_bubble",
         ("schedule", "--kind", "1f1b", "--pp", "4", "--micro-batches", "8", "--f", "1e308"): "f=",
         ("search", "--model", "qwen3.8-27b", "--gpus", "8", "--global-batch", "8", "--order", ""): "order=''",
-        ("search", "--model", "qwen3.8-27b", "--gpus", "8", "--global-batch", "8", "--gpu-memory-gb", "1e308"):
-            "gpu-memory-gb=",
+        (
+            "search",
+            "--model",
+            "qwen3.8-27b",
+            "--gpus",
+            "8",
+            "--global-batch",
+            "8",
+            "--gpu-memory-gb",
+            "1e308",
+        ): "gpu-memory-gb=",
     }
     for argv, needle in cases.items():
         rc, out, err = run(list(argv))

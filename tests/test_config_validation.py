@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from meshplan.model import FAMILIES, MODELS_DIR, load_model, model_from_config
 from meshplan.models.fields import COUNT_KEYS
 
@@ -60,16 +61,19 @@ def test_tie_as_a_string_is_not_silently_true():
     _refused({**LLAMA, "tie_word_embeddings": "false"}, "'bad'", "got 'false'")
 
 
-@pytest.mark.parametrize("key,value,needle", [
-    ("num_hidden_layers", 2**63, "'num_hidden_layers' = 9223372036854775808 is too large (at most 65,536)"),
-    ("hidden_size", 10**400, "'hidden_size' = an integer of 1329 bits is too large"),
-    ("vocab_size", 2**41, "'vocab_size' = 2199023255552 is too large (at most 1,099,511,627,776)"),
-    ("intermediate_size", -1, "'intermediate_size' must be a positive integer, got -1"),
-    ("num_attention_heads", 32.0, "'num_attention_heads' must be a positive integer, got 32.0"),
-    ("num_attention_heads", True, "'num_attention_heads' must be a positive integer, got True"),
-    ("head_dim", "128", "'head_dim' must be a positive integer, got '128'"),
-    ("max_position_embeddings", 0, "'max_position_embeddings' must be a positive integer, got 0"),
-])
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("num_hidden_layers", 2**63, "'num_hidden_layers' = 9223372036854775808 is too large (at most 65,536)"),
+        ("hidden_size", 10**400, "'hidden_size' = an integer of 1329 bits is too large"),
+        ("vocab_size", 2**41, "'vocab_size' = 2199023255552 is too large (at most 1,099,511,627,776)"),
+        ("intermediate_size", -1, "'intermediate_size' must be a positive integer, got -1"),
+        ("num_attention_heads", 32.0, "'num_attention_heads' must be a positive integer, got 32.0"),
+        ("num_attention_heads", True, "'num_attention_heads' must be a positive integer, got True"),
+        ("head_dim", "128", "'head_dim' must be a positive integer, got '128'"),
+        ("max_position_embeddings", 0, "'max_position_embeddings' must be a positive integer, got 0"),
+    ],
+)
 def test_integers_are_typed_and_bounded(key, value, needle):
     _refused({**LLAMA, key: value}, needle)
 
@@ -81,7 +85,7 @@ def test_huge_integer_in_a_file_is_a_message_not_an_overflow(tmp_path):
         load_model(path)
     assert str(path) in str(exc.value)
     digits = _write(tmp_path, text.replace("1" + "0" * 400, "1" + "0" * 5000), "digits.json")
-    with pytest.raises(ValueError, match="invalid JSON"):    # beyond Python's 4,300-digit int() limit
+    with pytest.raises(ValueError, match="invalid JSON"):  # beyond Python's 4,300-digit int() limit
         load_model(digits)
 
 
@@ -121,8 +125,9 @@ def test_moe_layer_freq_is_honoured_as_deepseek_defines_it():
 
 
 def test_heads_must_group_evenly():
-    _refused({**LLAMA, "num_key_value_heads": 3},
-             "'num_key_value_heads' = 3 does not divide 'num_attention_heads' = 32")
+    _refused(
+        {**LLAMA, "num_key_value_heads": 3}, "'num_key_value_heads' = 3 does not divide 'num_attention_heads' = 32"
+    )
 
 
 def test_softcapping_must_be_finite():
@@ -161,36 +166,43 @@ def test_unmodelled_parts_are_refused():
 
 
 # ---------------------------------------------------------------- relabelled configs: refused, never undercounted
-@pytest.mark.parametrize("path,label,needle", [
-    (PUBLIC / "mixtral-8x7b-v0.1.json", "llama", "'num_local_experts' = 8"),
-    (MODELS_DIR / "qwen3-30b-a3b.json", "llama", "'num_experts' = 128"),
-    (MODELS_DIR / "qwen3-30b-a3b.json", "qwen3", "'num_experts' = 128"),
-    (PUBLIC / "qwen1.5-moe-a2.7b.json", "qwen2", "'num_experts' = 60"),
-    (MODELS_DIR / "deepseek-v3.json", "llama", "'n_routed_experts' = 256"),
-    (PUBLIC / "deepseek-v2-lite.json", "mistral", "'n_routed_experts' = 64"),
-    (PUBLIC / "qwen3.5-35b-a3b.json", "qwen3_5", "'text_config.num_experts' = 256"),
-])
+@pytest.mark.parametrize(
+    "path,label,needle",
+    [
+        (PUBLIC / "mixtral-8x7b-v0.1.json", "llama", "'num_local_experts' = 8"),
+        (MODELS_DIR / "qwen3-30b-a3b.json", "llama", "'num_experts' = 128"),
+        (MODELS_DIR / "qwen3-30b-a3b.json", "qwen3", "'num_experts' = 128"),
+        (PUBLIC / "qwen1.5-moe-a2.7b.json", "qwen2", "'num_experts' = 60"),
+        (MODELS_DIR / "deepseek-v3.json", "llama", "'n_routed_experts' = 256"),
+        (PUBLIC / "deepseek-v2-lite.json", "mistral", "'n_routed_experts' = 64"),
+        (PUBLIC / "qwen3.5-35b-a3b.json", "qwen3_5", "'text_config.num_experts' = 256"),
+    ],
+)
 def test_moe_config_relabelled_is_refused(path, label, needle):
     cfg = {k: v for k, v in _cfg(path).items() if k != "architectures"}
-    if "text_config" in cfg:   # give the dense label the width it needs, so that only the experts betray the MoE
+    if "text_config" in cfg:  # give the dense label the width it needs, so that only the experts betray the MoE
         cfg["text_config"] = {**cfg["text_config"], "intermediate_size": 512}
     _refused({**cfg, "model_type": label}, needle, f"a '{label}' model has no such part")
 
 
-@pytest.mark.parametrize("path,label", [
-    (PUBLIC / "qwen2.5-7b.json", "llama"),        # q/k/v biases: no key betrays them, the class name does
-    (MODELS_DIR / "qwen3-8b.json", "llama"),       # q/k norms
-    (PUBLIC / "gemma-2-9b.json", "llama"),         # sandwich norms, tied head: +10 % as llama
-    (PUBLIC / "mistral-7b-v0.1.json", "llama"),
-])
+@pytest.mark.parametrize(
+    "path,label",
+    [
+        (PUBLIC / "qwen2.5-7b.json", "llama"),  # q/k/v biases: no key betrays them, the class name does
+        (MODELS_DIR / "qwen3-8b.json", "llama"),  # q/k norms
+        (PUBLIC / "gemma-2-9b.json", "llama"),  # sandwich norms, tied head: +10 % as llama
+        (PUBLIC / "mistral-7b-v0.1.json", "llama"),
+    ],
+)
 def test_dense_config_relabelled_is_refused_by_its_class(path, label):
     cfg = _cfg(path)
     _refused({**cfg, "model_type": label}, "'architectures' names", f"but 'model_type' is '{label}'")
 
 
 def test_neutral_values_of_foreign_keys_are_accepted():
-    spec = model_from_config({**LLAMA, "num_experts": 0, "n_shared_experts": None, "mlp_only_layers": [],
-                              "attn_output_gate": False})
+    spec = model_from_config(
+        {**LLAMA, "num_experts": 0, "n_shared_experts": None, "mlp_only_layers": [], "attn_output_gate": False}
+    )
     assert spec.params.total == 8_030_261_248
 
 
@@ -216,7 +228,7 @@ def test_binary_file(tmp_path):
 
 
 def test_directory_means_its_config_json(tmp_path):
-    with pytest.raises(ValueError, match="has no config.json"):
+    with pytest.raises(ValueError, match=r"has no config\.json"):
         load_model(tmp_path)
     (tmp_path / "config.json").write_text((MODELS_DIR / "llama-3.1-8b.json").read_text())
     spec = load_model(tmp_path)
@@ -226,7 +238,7 @@ def test_directory_means_its_config_json(tmp_path):
 def test_oversized_file_is_not_read(tmp_path):
     path = tmp_path / "big.json"
     path.write_text(" " * (9 * 2**20) + "{}")
-    with pytest.raises(ValueError, match="is not a config.json"):
+    with pytest.raises(ValueError, match=r"is not a config\.json"):
         load_model(path)
 
 
@@ -248,8 +260,9 @@ def test_top_level_must_be_an_object(tmp_path):
         load_model(_write(tmp_path, "[1, 2]"))
 
 
-@pytest.mark.parametrize("module", ["fields", "count", "common", "spec", "llama", "qwen", "qwen3_5", "gemma",
-                                    "deepseek", "gpt2", "fallback"])
+@pytest.mark.parametrize(
+    "module", ["fields", "count", "common", "spec", "llama", "qwen", "qwen3_5", "gemma", "deepseek", "gpt2", "fallback"]
+)
 def test_loader_doctests(module):
     import doctest
     import importlib
@@ -259,19 +272,60 @@ def test_loader_doctests(module):
 
 
 def test_import_meshplan_does_not_import_torch_or_transformers():
-    code = ("import sys, meshplan; from meshplan.model import load_model; load_model('deepseek-v3'); "
-            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys, meshplan; from meshplan.model import load_model; load_model('deepseek-v3'); "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
 
 # ---------------------------------------------------------------- fuzz: mutated real configs
 CONFIGS = {p.stem: _cfg(p) for p in [*MODELS_DIR.glob("*.json"), *PUBLIC.glob("*.json")]}
-VALUES = [None, True, False, "false", "", "x" * 5000, -1, 0, 1, 3, 2**63, 10**400, 1.5, float("nan"), float("inf"),
-          [], {}, [{"a": 1}], [[[[1]]]], {"model_type": "llama"}, ["full_attention"], 64]
-KEYS = sorted(COUNT_KEYS | {"model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
-                            "num_key_value_heads", "head_dim", "intermediate_size", "tie_word_embeddings",
-                            "layer_types", "sliding_window", "n_embd", "n_layer", "n_head", "n_positions"})
+VALUES = [
+    None,
+    True,
+    False,
+    "false",
+    "",
+    "x" * 5000,
+    -1,
+    0,
+    1,
+    3,
+    2**63,
+    10**400,
+    1.5,
+    float("nan"),
+    float("inf"),
+    [],
+    {},
+    [{"a": 1}],
+    [[[[1]]]],
+    {"model_type": "llama"},
+    ["full_attention"],
+    64,
+]
+KEYS = sorted(
+    COUNT_KEYS
+    | {
+        "model_type",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "vocab_size",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "tie_word_embeddings",
+        "layer_types",
+        "sliding_window",
+        "n_embd",
+        "n_layer",
+        "n_head",
+        "n_positions",
+    }
+)
 
 
 @st.composite
@@ -290,8 +344,13 @@ def mutated(draw):
     return cfg
 
 
-@settings(max_examples=250, derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=250,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(mutated())
 def test_fuzz_mutated_configs_count_or_give_one_line(cfg):
     start = time.perf_counter()

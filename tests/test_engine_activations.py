@@ -15,23 +15,49 @@ import dataclasses
 import functools
 import subprocess
 import sys
+from typing import Any
 
 import pytest
+
 from meshplan import engine_activations as ea
 from meshplan import measure
 from meshplan.activations import activation_bytes_per_layer
 from meshplan.model import LayerSpec, model_from_config
 
-BASE = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-        "intermediate_size": 176, "vocab_size": 160, "max_position_embeddings": 256, "pad_token_id": 0}
+BASE = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "intermediate_size": 176,
+    "vocab_size": 160,
+    "max_position_embeddings": 256,
+    "pad_token_id": 0,
+}
 MOE = {"num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
-GDN = {"layer_types": ["linear_attention", "linear_attention", "full_attention"], "num_hidden_layers": 3,
-       "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
-       "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4}
-MLA = {"num_key_value_heads": 8, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
-       "v_head_dim": 16, "n_routed_experts": 6, "num_experts_per_tok": 2, "n_shared_experts": 1,
-       "moe_intermediate_size": 32, "first_k_dense_replace": 1}
-TINY = {
+GDN = {
+    "layer_types": ["linear_attention", "linear_attention", "full_attention"],
+    "num_hidden_layers": 3,
+    "head_dim": 16,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+}
+MLA = {
+    "num_key_value_heads": 8,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 16,
+    "n_routed_experts": 6,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "moe_intermediate_size": 32,
+    "first_k_dense_replace": 1,
+}
+TINY: dict[str, dict[str, Any]] = {
     "llama": dict(BASE, model_type="llama"),
     "mistral": dict(BASE, model_type="mistral", sliding_window=32),
     "mixtral": dict(BASE, model_type="mixtral", intermediate_size=48, num_local_experts=6, num_experts_per_tok=2),
@@ -41,14 +67,35 @@ TINY = {
     "qwen3_moe": dict(BASE, **MOE, model_type="qwen3_moe", head_dim=16, norm_topk_prob=True),
     "qwen3_5": dict(BASE, **GDN, model_type="qwen3_5_text"),
     "qwen3_5_moe": dict(BASE, **GDN, **MOE, model_type="qwen3_5_moe_text", shared_expert_intermediate_size=48),
-    "gemma2": dict(BASE, model_type="gemma2", head_dim=16, sliding_window=32, query_pre_attn_scalar=16,
-                   attn_logit_softcapping=50.0, final_logit_softcapping=30.0),
-    "gemma3": dict(BASE, model_type="gemma3_text", num_hidden_layers=3, head_dim=16, sliding_window=32,
-                   query_pre_attn_scalar=16, layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+    "gemma2": dict(
+        BASE,
+        model_type="gemma2",
+        head_dim=16,
+        sliding_window=32,
+        query_pre_attn_scalar=16,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+    ),
+    "gemma3": dict(
+        BASE,
+        model_type="gemma3_text",
+        num_hidden_layers=3,
+        head_dim=16,
+        sliding_window=32,
+        query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+    ),
     "phi3": dict(BASE, model_type="phi3"),
     "olmo2": dict(BASE, model_type="olmo2"),
-    "deepseek_v2": dict(BASE, **MLA, model_type="deepseek_v2", q_lora_rank=None, topk_method="group_limited_greedy",
-                        n_group=2, topk_group=1),
+    "deepseek_v2": dict(
+        BASE,
+        **MLA,
+        model_type="deepseek_v2",
+        q_lora_rank=None,
+        topk_method="group_limited_greedy",
+        n_group=2,
+        topk_group=1,
+    ),
     "deepseek_v3": dict(BASE, **MLA, model_type="deepseek_v3", q_lora_rank=48, n_group=2, topk_group=1),
     "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 8, "vocab_size": 160, "n_positions": 256},
 }
@@ -64,10 +111,17 @@ def _model(family: str, attention: str):
 
 
 def _ledger(family: str, seq: int, batch: int, attention: str = "sdpa", recompute: str = "none"):
-    got = measure.saved_activation_bytes(None, seq, batch, attention=attention, recompute=recompute,
-                                         model=_model(family, attention))
-    want = ea.spec_activations(model_from_config(TINY[family], name=family), seq, batch, config=TINY[family],
-                               attention=attention, recompute=recompute)
+    got = measure.saved_activation_bytes(
+        None, seq, batch, attention=attention, recompute=recompute, model=_model(family, attention)
+    )
+    want = ea.spec_activations(
+        model_from_config(TINY[family], name=family),
+        seq,
+        batch,
+        config=TINY[family],
+        attention=attention,
+        recompute=recompute,
+    )
     return got, want
 
 
@@ -78,21 +132,32 @@ def _differences(got, want) -> list[str]:
     def explain(where, measured, formula, terms, tensors):
         lines = [f"{where}: measured {measured} B, formula {formula:.0f} B"]
         lines += [f"    formula  {t.nbytes:10.0f}  {t.name}" for t in terms]
-        lines += [f"    measured {st.nbytes:10d}  {st.module} {st.shape} {st.dtype} {','.join(st.ops)}"
-                  for st in tensors]
+        lines += [
+            f"    measured {st.nbytes:10d}  {st.module} {st.shape} {st.dtype} {','.join(st.ops)}" for st in tensors
+        ]
         out.append("\n".join(lines))
 
     for i, parts in enumerate(got.layers):
         formula = want.layer_parts(i)
         for part, measured in parts.items():
             if measured != formula[part]:
-                explain(f"layer {i} {part}", measured, formula[part], [t for t in want.layers[i] if t.part == part],
-                        [st for st in got.tensors if st.layer == i and st.part == part])
+                explain(
+                    f"layer {i} {part}",
+                    measured,
+                    formula[part],
+                    [t for t in want.layers[i] if t.part == part],
+                    [st for st in got.tensors if st.layer == i and st.part == part],
+                )
     formula = want.model_parts()
     for part, measured in got.model.items():
         if measured != formula.get(part, 0):
-            explain(part, measured, formula.get(part, 0), [t for t in want.model if t.part == part],
-                    [st for st in got.tensors if st.layer is None and st.part == part])
+            explain(
+                part,
+                measured,
+                formula.get(part, 0),
+                [t for t in want.model if t.part == part],
+                [st for st in got.tensors if st.layer is None and st.part == part],
+            )
     return out
 
 
@@ -136,10 +201,16 @@ LLAMA_70B = LayerSpec(num_heads=64, num_kv_heads=8, head_dim=128, v_head_dim=128
 def test_llama_70b_layer_by_hand():
     """Every term of a Llama-3.1-70B layer at s = 4096, b = 1, written out by hand (bytes per token × T)."""
     h, a, kv, d, f, s = 8192, 64, 8, 128, 28672, 4096
-    per_token = (2 * (4 * h + 4 + 2 * h)   # two RMSNorms: fp32 input, rsqrt, bf16 normalized input
-                 + 2 * h                   # q/k/v projections' input
-                 + 2 * a * d + 2 * 2 * kv * d + 2 * a * d + 4 * a  # SDPA: q, k, v (GQA), output, logsumexp
-                 + 2 * h + 4 * 2 * f)      # gate/up input; gate, up, act, act × up
+    per_token = (
+        2 * (4 * h + 4 + 2 * h)  # two RMSNorms: fp32 input, rsqrt, bf16 normalized input
+        + 2 * h  # q/k/v projections' input
+        + 2 * a * d
+        + 2 * 2 * kv * d
+        + 2 * a * d
+        + 4 * a  # SDPA: q, k, v (GQA), output, logsumexp
+        + 2 * h
+        + 4 * 2 * f
+    )  # gate/up input; gate, up, act, act × up
     assert ea.layer_bytes(LLAMA_70B, h, s, 1, family="llama") == per_token * s
     assert per_token / h == pytest.approx(48.53, abs=0.01)  # against the lab's 34 (Korthikanti)
     assert activation_bytes_per_layer(s, 1, h, a, recompute="selective") == 34 * s * h
@@ -153,8 +224,11 @@ def test_eager_adds_six_bytes_per_score_and_selective_drops_them():
     # eager: k, v repeated to a heads (+2·2·(a − kv)·d), fp32 softmax + bf16 probabilities (6 a s² b),
     # no logsumexp (−4a per token); the output copy replaces SDPA's output (same bytes)
     assert eager - sdpa == s * b * (2 * 2 * (a - kv) * d - 4 * a) + 6 * a * s * s * b
-    assert ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", attention="eager", recompute="selective") == \
-        ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", recompute="selective") == sdpa - 4 * a * s * b
+    assert (
+        ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", attention="eager", recompute="selective")
+        == ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", recompute="selective")
+        == sdpa - 4 * a * s * b
+    )
     assert ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", recompute="full") == 2 * s * b * h
 
 
@@ -185,14 +259,17 @@ def test_logits_are_fp32_and_counted_apart_from_the_returned_bf16_logits():
     assert sum(t.nbytes for t in gemma if t.part == "logits") == 6 * s * b * V  # + the softcap's bf16 tanh
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"attention": "flash"}, "attention='flash' must be one of sdpa, eager"),
-    ({"recompute": "some"}, "recompute='some' must be one of none, selective, full"),
-    ({"device": "tpu"}, "device='tpu' must be one of cpu, cuda"),
-    ({"act_bytes": 4}, "act_bytes=4: only bf16"),
-    ({"family": "bloom"}, "family='bloom' is not modelled"),
-    ({"family": "gemma2"}, "family 'gemma2' has no SDPA in transformers 5.23.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"attention": "flash"}, "attention='flash' must be one of sdpa, eager"),
+        ({"recompute": "some"}, "recompute='some' must be one of none, selective, full"),
+        ({"device": "tpu"}, "device='tpu' must be one of cpu, cuda"),
+        ({"act_bytes": 4}, "act_bytes=4: only bf16"),
+        ({"family": "bloom"}, "family='bloom' is not modelled"),
+        ({"family": "gemma2"}, "family 'gemma2' has no SDPA in transformers 5.23.0"),
+    ],
+)
 def test_bad_inputs_raise_one_clear_error(kwargs, message):
     args = {"family": "llama"} | kwargs
     with pytest.raises(ValueError, match=message):
@@ -203,8 +280,13 @@ def test_bad_shapes_raise():
     with pytest.raises(ValueError, match="seq=0 must be a positive integer"):
         ea.layer_bytes(LLAMA_70B, 8192, 0, 1, family="llama")
     with pytest.raises(ValueError, match="activation='relu2' is not modelled"):
-        ea.layer_bytes(LayerSpec(num_heads=8, num_kv_heads=8, head_dim=8, intermediate_size=16, activation="relu2"),
-                       64, 16, 1, family="llama")
+        ea.layer_bytes(
+            LayerSpec(num_heads=8, num_kv_heads=8, head_dim=8, intermediate_size=16, activation="relu2"),
+            64,
+            16,
+            1,
+            family="llama",
+        )
     with pytest.raises(ValueError, match="linear-attention layer needs"):
         ea.layer_bytes(LayerSpec(mixer="linear_attention", intermediate_size=16), 64, 16, 1, family="qwen3_5")
     with pytest.raises(ValueError, match="has no per-layer description"):
@@ -224,13 +306,19 @@ def test_implementation_reads_the_config_but_not_what_the_code_fixes():
     assert ea.implementation("mixtral", {"norm_topk_prob": False}).norm_topk_prob is True  # mixtral 108
     assert ea.implementation("deepseek_v2", {"norm_topk_prob": True}).norm_topk_prob is False  # never used
     assert ea.implementation("deepseek_v2", {"topk_method": "greedy"}).group_limited is False
-    assert ea.implementation("qwen3_5", {"text_config": {"rope_parameters": {"partial_rotary_factor": 0.5}}}) \
-        .partial_rotary_factor == 0.5
+    assert (
+        ea.implementation(
+            "qwen3_5", {"text_config": {"rope_parameters": {"partial_rotary_factor": 0.5}}}
+        ).partial_rotary_factor
+        == 0.5
+    )
     assert ea.implementation("gemma3", {}).family == "gemma3_text"
 
 
 def test_importing_meshplan_imports_neither_torch_nor_transformers():
-    code = ("import sys, meshplan, meshplan.engine_activations, meshplan.measure; "
-            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys, meshplan, meshplan.engine_activations, meshplan.measure; "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshplan import Plan, published
-from meshplan.export import price_note, engine_file, engine_options, export_text, megatron, toml, torchtitan
+from meshplan.export import engine_file, engine_options, export_text, megatron, price_note, toml, torchtitan
 from meshplan.plan import spread_layers
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,24 +18,50 @@ REPO = Path(__file__).resolve().parents[1]
 # Seed 004 (the TP x PP x DP tuning article), step 5, quoting Megatron-LM's guide: LLaMA-3 70B on 64 GPUs.
 SEED_004_TORCHRUN = ["torchrun", "--nproc_per_node=8"]
 SEED_004_FLAGS = {
-    "--tensor-model-parallel-size": "4", "--pipeline-model-parallel-size": "4", "--context-parallel-size": "2",
-    "--num-layers": "80", "--hidden-size": "8192", "--num-attention-heads": "64", "--seq-length": "8192",
-    "--sequence-parallel": None, "--micro-batch-size": "1", "--global-batch-size": "512", "--bf16": None,
+    "--tensor-model-parallel-size": "4",
+    "--pipeline-model-parallel-size": "4",
+    "--context-parallel-size": "2",
+    "--num-layers": "80",
+    "--hidden-size": "8192",
+    "--num-attention-heads": "64",
+    "--seq-length": "8192",
+    "--sequence-parallel": None,
+    "--micro-batch-size": "1",
+    "--global-batch-size": "512",
+    "--bf16": None,
 }
-PARALLEL = {"--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-            "--expert-model-parallel-size", "--sequence-parallel", "--use-distributed-optimizer",
-            "--num-layers-per-virtual-pipeline-stage", "--micro-batch-size", "--global-batch-size",
-            "--recompute-granularity", "--use-tp-pp-dp-mapping", "--use-megatron-fsdp",
-            "--data-parallel-sharding-strategy", "--decoder-first-pipeline-num-layers",
-            "--decoder-last-pipeline-num-layers"}
+PARALLEL = {
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--context-parallel-size",
+    "--expert-model-parallel-size",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--recompute-granularity",
+    "--use-tp-pp-dp-mapping",
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
+    "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
+}
 
 
 def guide_plan(**kw):
     ex = published.value("megatron_guide_llama3_70b_64_gpus")
     dp = ex["gpus"] // (ex["tp"] * ex["pp"] * ex["cp"])
-    args = dict(gpus=ex["gpus"], tp=ex["tp"], pp=ex["pp"], cp=ex["cp"], seq=ex["seq"],
-                micro_batch_size=ex["micro_batch_size"],
-                micro_batches=ex["global_batch_size"] // (dp * ex["micro_batch_size"]), order="tp-cp-ep-dp-pp")
+    args = {
+        "gpus": ex["gpus"],
+        "tp": ex["tp"],
+        "pp": ex["pp"],
+        "cp": ex["cp"],
+        "seq": ex["seq"],
+        "micro_batch_size": ex["micro_batch_size"],
+        "micro_batches": ex["global_batch_size"] // (dp * ex["micro_batch_size"]),
+        "order": "tp-cp-ep-dp-pp",
+    }
     args.update(kw)
     return Plan.create(ex["model"], **args)
 
@@ -43,7 +69,7 @@ def guide_plan(**kw):
 def test_seed_004_example_flag_for_flag():
     out = megatron(guide_plan())
     flags = dict(out.flags)
-    assert len(flags) == len(out.flags)                    # no flag twice
+    assert len(flags) == len(out.flags)  # no flag twice
     for f, v in SEED_004_FLAGS.items():
         assert flags[f] == v, f
     # its parallel flags exactly: nothing added, nothing missing
@@ -52,23 +78,47 @@ def test_seed_004_example_flag_for_flag():
     assert "--nnodes=8" in out.torchrun
     # the rest are the model's shape flags, from its config
     assert {f: v for f, v in flags.items() if f not in SEED_004_FLAGS} == {
-        "--ffn-hidden-size": "28672", "--group-query-attention": None, "--num-query-groups": "8",
-        "--position-embedding-type": "rope", "--normalization": "RMSNorm", "--swiglu": None,
-        "--disable-bias-linear": None, "--untie-embeddings-and-output-weights": None,
-        "--max-position-embeddings": "131072"}
+        "--ffn-hidden-size": "28672",
+        "--group-query-attention": None,
+        "--num-query-groups": "8",
+        "--position-embedding-type": "rope",
+        "--normalization": "RMSNorm",
+        "--swiglu": None,
+        "--disable-bias-linear": None,
+        "--untie-embeddings-and-output-weights": None,
+        "--max-position-embeddings": "131072",
+    }
 
 
 PLANS = {
     "guide": lambda: guide_plan(),
     "guide_llama_order_zero1_selective": lambda: guide_plan(order="tp-cp-pp-dp", zero=1, recompute="selective"),
     "llama405b_uneven_zero2_full_v1": lambda: Plan.create(
-        "llama-3.1-405b", gpus=16384, tp=8, pp=16, zero=2, recompute="full", seq=8192, micro_batches=16,
-        layers_per_stage=spread_layers(126, 16)),
-    "anchor_interleaved_zero3": lambda: Plan.create("qwen3.8-27b", gpus=64, tp=8, pp=4, zero=3, micro_batches=8,
-                                                    virtual_stages=2),
-    "deepseek_ep": lambda: Plan.create("deepseek-v3", gpus=2048, pp=16, ep=64, zero=1, recompute="selective",
-                                       seq=4096, micro_batches=120, layers_per_stage=spread_layers(61, 16),
-                                       order="tp-cp-ep-dp-pp"),
+        "llama-3.1-405b",
+        gpus=16384,
+        tp=8,
+        pp=16,
+        zero=2,
+        recompute="full",
+        seq=8192,
+        micro_batches=16,
+        layers_per_stage=spread_layers(126, 16),
+    ),
+    "anchor_interleaved_zero3": lambda: Plan.create(
+        "qwen3.8-27b", gpus=64, tp=8, pp=4, zero=3, micro_batches=8, virtual_stages=2
+    ),
+    "deepseek_ep": lambda: Plan.create(
+        "deepseek-v3",
+        gpus=2048,
+        pp=16,
+        ep=64,
+        zero=1,
+        recompute="selective",
+        seq=4096,
+        micro_batches=120,
+        layers_per_stage=spread_layers(61, 16),
+        order="tp-cp-ep-dp-pp",
+    ),
 }
 
 
@@ -78,9 +128,17 @@ def test_every_emitted_megatron_flag_exists_in_the_named_version(name):
     if name == "deepseek_ep":
         with pytest.raises(ValueError, match="first and last stage only"):
             megatron(plan)
-        plan = Plan.create("deepseek-v3", gpus=2048, pp=16, ep=64, zero=1, seq=4096, micro_batches=120,
-                           layers_per_stage=(3,) + (4,) * 14 + (2,),
-                           order="tp-cp-ep-dp-pp")
+        plan = Plan.create(
+            "deepseek-v3",
+            gpus=2048,
+            pp=16,
+            ep=64,
+            zero=1,
+            seq=4096,
+            micro_batches=120,
+            layers_per_stage=(3,) + (4,) * 14 + (2,),
+            order="tp-cp-ep-dp-pp",
+        )
     out = megatron(plan)
     known = engine_options("megatron-lm")
     for f, _ in out.flags:
@@ -96,11 +154,14 @@ def test_megatron_mappings():
     f = dict(megatron(PLANS["llama405b_uneven_zero2_full_v1"]()).flags)
     assert (f["--decoder-first-pipeline-num-layers"], f["--decoder-last-pipeline-num-layers"]) == ("7", "7")
     assert (f["--use-megatron-fsdp"], f["--data-parallel-sharding-strategy"]) == (None, "optim_grads")
-    assert (f["--recompute-granularity"], f["--recompute-method"], f["--recompute-num-layers"]) == \
-        ("full", "uniform", "1")
+    assert (f["--recompute-granularity"], f["--recompute-method"], f["--recompute-num-layers"]) == (
+        "full",
+        "uniform",
+        "1",
+    )
     assert f["--global-batch-size"] == "2048"
     f = dict(megatron(PLANS["anchor_interleaved_zero3"]()).flags)
-    assert f["--num-layers-per-virtual-pipeline-stage"] == "8"   # 64 layers / (4 x 2)
+    assert f["--num-layers-per-virtual-pipeline-stage"] == "8"  # 64 layers / (4 x 2)
     assert f["--data-parallel-sharding-strategy"] == "optim_grads_params"
     f = dict(megatron(Plan.create("deepseek-v3", gpus=128, ep=64, zero=1, order="tp-cp-ep-dp-pp")).flags)
     assert (f["--expert-model-parallel-size"], f["--num-experts"], f["--moe-router-topk"]) == ("64", "256", "8")
@@ -122,10 +183,16 @@ def test_every_torchtitan_option_exists_in_the_named_version(name):
 
 def test_torchtitan_settings():
     s, notes = torchtitan(guide_plan())
-    assert s["parallelism"] == {"data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 1,
-                                "tensor_parallel_degree": 4, "pipeline_parallel_degree": 4,
-                                "pipeline_parallel_schedule": "1F1B", "pipeline_parallel_microbatch_size": 1,
-                                "context_parallel_degree": 2, "expert_parallel_degree": 1}
+    assert s["parallelism"] == {
+        "data_parallel_replicate_degree": 2,
+        "data_parallel_shard_degree": 1,
+        "tensor_parallel_degree": 4,
+        "pipeline_parallel_degree": 4,
+        "pipeline_parallel_schedule": "1F1B",
+        "pipeline_parallel_microbatch_size": 1,
+        "context_parallel_degree": 2,
+        "expert_parallel_degree": 1,
+    }
     assert s["training"] == {"local_batch_size": 256, "global_batch_size": 512, "seq_len": 8192}
     assert s["activation_checkpoint"] == {"mode": "none"} and notes == ()
     s, notes = torchtitan(PLANS["guide_llama_order_zero1_selective"]())
@@ -155,16 +222,53 @@ def _cli(*args):
 
 
 def test_cli_export():
-    out = _cli("--format", "megatron", "--model", "llama-3.1-70b", "--gpus", "64", "--tp", "4", "--pp", "4", "--cp",
-               "2", "--seq", "8192", "--global-batch", "512", "--order", "tp-cp-ep-dp-pp")
+    out = _cli(
+        "--format",
+        "megatron",
+        "--model",
+        "llama-3.1-70b",
+        "--gpus",
+        "64",
+        "--tp",
+        "4",
+        "--pp",
+        "4",
+        "--cp",
+        "2",
+        "--seq",
+        "8192",
+        "--global-batch",
+        "512",
+        "--order",
+        "tp-cp-ep-dp-pp",
+    )
     assert out.returncode == 0, out.stderr
     # headed by the plan's price in Megatron's own ledger (18 B/param, what autograd saves): the guide's 70B plan
     # without recompute does not fit in 80 GB
     price = price_note(guide_plan().replace(accounting="megatron"))
     assert price.startswith("memory per GPU in the megatron ledger: ") and price.endswith("does NOT fit in 80 GB")
     assert out.stdout.strip() == f"# {price}\n" + megatron(guide_plan()).command()
-    out = _cli("--format", "torchtitan", "--model", "llama-3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16",
-               "--seq", "8192", "--global-batch", "2048", "--zero", "2", "--recompute", "full", "--uneven-stages")
+    out = _cli(
+        "--format",
+        "torchtitan",
+        "--model",
+        "llama-3.1-405b",
+        "--gpus",
+        "16384",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--seq",
+        "8192",
+        "--global-batch",
+        "2048",
+        "--zero",
+        "2",
+        "--recompute",
+        "full",
+        "--uneven-stages",
+    )
     assert out.returncode == 0, out.stderr
     plan = PLANS["llama405b_uneven_zero2_full_v1"]()
     assert out.stdout == f"# {price_note(plan.replace(accounting='fsdp2'))}\n" + toml(*torchtitan(plan))

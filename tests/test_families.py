@@ -26,16 +26,16 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
 from meshplan.model import FAMILIES, MODELS_DIR, load_model, model_from_config
 from meshplan.models.count import counted
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning")
 
 REAL = sorted([*MODELS_DIR.glob("*.json"), *(MODELS_DIR / "public").glob("*.json")])
-NOT_HF = {"small-3.7m"}   # the course's GPT variant (bias: false, norm: rmsnorm) has no transformers class
+NOT_HF = {"small-3.7m"}  # the course's GPT variant (bias: false, norm: rmsnorm) has no transformers class
 
 
 def _strip(cfg: dict) -> dict:
@@ -63,7 +63,7 @@ def _numel(module) -> int:
 
 
 def _decoder_layers(model):
-    if hasattr(model, "transformer"):     # GPT-2
+    if hasattr(model, "transformer"):  # GPT-2
         return list(model.transformer.h)
     inner = getattr(model.model, "language_model", model.model)
     return list(inner.layers)
@@ -90,7 +90,8 @@ def assert_matches(spec, model) -> None:
     assert spec.params.total - c["mtp"] == _numel(model), spec.name
     assert spec.layer_params == tuple(_numel(layer) for layer in _decoder_layers(model))
     assert c["embedding"] == sum(p.numel() for p in model.get_input_embeddings().parameters()) + (
-        spec.max_position_embeddings * spec.hidden_size if spec.position_embedding == "learned" else 0)
+        spec.max_position_embeddings * spec.hidden_size if spec.position_embedding == "learned" else 0
+    )
     head = model.get_output_embeddings()
     tied = head.weight is model.get_input_embeddings().weight
     assert spec.tie_word_embeddings == tied
@@ -108,19 +109,19 @@ def test_real_config_equals_transformers(path):
 # round or truncate that digit (Qwen2.5-7B's 7,615,616,512 is "7.61B", Qwen3-8B's 8,190,735,360 is "8.2B"), so a
 # rounded total must lie within one unit of it.
 PUBLISHED = {
-    "mistral-7b-v0.1": (7_241_732_096, 1),          # HF safetensors total
-    "gpt2": (124_439_808, 1),                        # HF safetensors total of openai-community/gpt2
+    "mistral-7b-v0.1": (7_241_732_096, 1),  # HF safetensors total
+    "gpt2": (124_439_808, 1),  # HF safetensors total of openai-community/gpt2
     "gemma-2-9b": (8_324_201_984 + 917_504_000, 1),  # Gemma 2 report (arXiv 2408.00118) Table 1: non-emb. + emb.
-    "mixtral-8x7b-v0.1": (46.7e9, 1e8),             # mistral.ai/news/mixtral-of-experts: "46.7B total parameters"
-    "qwen2.5-7b": (7.61e9, 1e7),                     # Qwen2.5-7B model card: "Number of Parameters: 7.61B"
-    "qwen3-8b": (8.2e9, 1e8),                        # Qwen3-8B model card: "Number of Parameters: 8.2B"
-    "qwen3-30b-a3b": (30.5e9, 1e8),                  # Qwen3-30B-A3B model card: "30.5B in total"
-    "qwen1.5-moe-a2.7b": (14.3e9, 1e8),              # Qwen1.5-MoE-A2.7B model card: "14.3B parameters in total"
-    "deepseek-v2-lite": (15.7e9, 1e8),               # DeepSeek-V2 paper (arXiv 2405.04434) Appendix B: "15.7B"
-    "phi-3-mini-4k-instruct": (3.8e9, 1e8),          # Phi-3 report (arXiv 2404.14219): "3.8 billion parameters"
-    "olmo-2-1124-7b": (7.3e9, 1e8),                  # OLMo 2 model card: "7B" (7.30B in its table)
-    "gemma-3-1b-it": (302e6 + 698e6, 1e6),           # Gemma 3 report (arXiv 2503.19786) Table 1: emb. + non-emb.
-    "qwen3.5-35b-a3b": (35e9, 1e9),                  # Qwen3.5-35B-A3B model card: "35B in total" (text + vision)
+    "mixtral-8x7b-v0.1": (46.7e9, 1e8),  # mistral.ai/news/mixtral-of-experts: "46.7B total parameters"
+    "qwen2.5-7b": (7.61e9, 1e7),  # Qwen2.5-7B model card: "Number of Parameters: 7.61B"
+    "qwen3-8b": (8.2e9, 1e8),  # Qwen3-8B model card: "Number of Parameters: 8.2B"
+    "qwen3-30b-a3b": (30.5e9, 1e8),  # Qwen3-30B-A3B model card: "30.5B in total"
+    "qwen1.5-moe-a2.7b": (14.3e9, 1e8),  # Qwen1.5-MoE-A2.7B model card: "14.3B parameters in total"
+    "deepseek-v2-lite": (15.7e9, 1e8),  # DeepSeek-V2 paper (arXiv 2405.04434) Appendix B: "15.7B"
+    "phi-3-mini-4k-instruct": (3.8e9, 1e8),  # Phi-3 report (arXiv 2404.14219): "3.8 billion parameters"
+    "olmo-2-1124-7b": (7.3e9, 1e8),  # OLMo 2 model card: "7B" (7.30B in its table)
+    "gemma-3-1b-it": (302e6 + 698e6, 1e6),  # Gemma 3 report (arXiv 2503.19786) Table 1: emb. + non-emb.
+    "qwen3.5-35b-a3b": (35e9, 1e9),  # Qwen3.5-35B-A3B model card: "35B in total" (text + vision)
 }
 
 
@@ -142,29 +143,29 @@ def test_published_totals(name):
 
 def test_published_activated_and_split_totals():
     """Model cards' activated counts include the input embedding; report tables split embedding from the rest."""
+
     def active(spec):
         return spec.flop_params + spec.params.components["embedding"]
 
     def non_embedding(spec):
         return spec.params.total - spec.params.components["embedding"] - spec.params.components["head"]
 
-    assert _near(active(_public("mixtral-8x7b-v0.1")), 12.9e9, 1e8)   # "12.9B active parameters"
+    assert _near(active(_public("mixtral-8x7b-v0.1")), 12.9e9, 1e8)  # "12.9B active parameters"
     q30 = _public("qwen3-30b-a3b")
-    assert _near(active(q30), 3.3e9, 1e8)                               # "3.3B activated"
-    assert _near(non_embedding(q30), 29.9e9, 1e8)                      # "29.9B non-embedding"
-    assert _near(non_embedding(_public("qwen3-8b")), 6.95e9, 1e7)      # "6.95B non-embedding"
-    assert _near(non_embedding(_public("qwen2.5-7b")), 6.53e9, 1e7)    # "6.53B non-embedding"
-    assert _near(active(_public("qwen1.5-moe-a2.7b")), 2.7e9, 1e8)     # "2.7B activated"
-    assert _near(active(load_model("deepseek-v3")), 37e9, 1e9)          # DeepSeek-V3 report: "37B activated"
+    assert _near(active(q30), 3.3e9, 1e8)  # "3.3B activated"
+    assert _near(non_embedding(q30), 29.9e9, 1e8)  # "29.9B non-embedding"
+    assert _near(non_embedding(_public("qwen3-8b")), 6.95e9, 1e7)  # "6.95B non-embedding"
+    assert _near(non_embedding(_public("qwen2.5-7b")), 6.53e9, 1e7)  # "6.53B non-embedding"
+    assert _near(active(_public("qwen1.5-moe-a2.7b")), 2.7e9, 1e8)  # "2.7B activated"
+    assert _near(active(load_model("deepseek-v3")), 37e9, 1e9)  # DeepSeek-V3 report: "37B activated"
     g1 = _public("gemma-3-1b-it")
     assert _near(g1.params.components["embedding"], 302e6, 1e6)
     assert _near(g1.params.total - g1.params.components["embedding"], 698e6, 1e6)
-    g12 = _public("gemma-3-12b-it")   # Table 1: vision encoder 417M, embedding 1,012M, non-embedding 10,759M
-    siglip = g12.params.components["vision"] - (1152 * 3840 + 1152)   # less the projector and its norm
+    g12 = _public("gemma-3-12b-it")  # Table 1: vision encoder 417M, embedding 1,012M, non-embedding 10,759M
+    siglip = g12.params.components["vision"] - (1152 * 3840 + 1152)  # less the projector and its norm
     assert _near(siglip, 417e6, 1e6)
-    assert g12.params.components["embedding"] == 262_208 * 3_840 == 1_006_878_720   # Table 1 prints 1,012M
-    assert _near(g12.params.total - g12.params.components["vision"] - g12.params.components["embedding"],
-                 10_759e6, 1e6)
+    assert g12.params.components["embedding"] == 262_208 * 3_840 == 1_006_878_720  # Table 1 prints 1,012M
+    assert _near(g12.params.total - g12.params.components["vision"] - g12.params.components["embedding"], 10_759e6, 1e6)
 
 
 # ---------------------------------------------------------------- named differences, checked on their own
@@ -188,14 +189,15 @@ def test_qwen3_5_mtp_is_one_transformers_full_attention_layer_plus_fc_and_norms(
     assert spec.params.components["mtp"] == 2 * h * h + 3 * h + _numel(full) == 424_699_392
     moe = load_model(MODELS_DIR / "public" / "qwen3.5-35b-a3b.json")
     full = _decoder_layers(built(MODELS_DIR / "public" / "qwen3.5-35b-a3b.json"))[3]
-    assert moe.params.components["mtp"] == 2 * moe.hidden_size ** 2 + 3 * moe.hidden_size + _numel(full)
+    assert moe.params.components["mtp"] == 2 * moe.hidden_size**2 + 3 * moe.hidden_size + _numel(full)
 
 
 def test_vision_towers_are_the_multimodal_class_less_the_text_model():
     for path in (MODELS_DIR / "qwen3.8-27b.json", MODELS_DIR / "public" / "gemma-3-12b-it.json"):
         spec, model = load_model(path), built(path)
-        text = _numel(model.model.language_model) + (0 if spec.tie_word_embeddings else
-                                                      model.get_output_embeddings().weight.numel())
+        text = _numel(model.model.language_model) + (
+            0 if spec.tie_word_embeddings else model.get_output_embeddings().weight.numel()
+        )
         assert spec.params.components["vision"] == _numel(model) - text
 
 
@@ -212,20 +214,32 @@ def test_layer_specs_of_the_real_configs():
     mistral = load_model(MODELS_DIR / "public" / "mistral-7b-v0.1.json")
     assert {s.sliding_window for s in mistral.layers} == {4096} and mistral.num_full_attention_layers == 32
     olmo = load_model(MODELS_DIR / "public" / "olmo-2-1124-7b.json")
-    assert (olmo.layers[0].qk_norm_scope, olmo.layers[0].qk_norm_width, olmo.layers[0].norm_position) == \
-        ("projection", 4096, "post")
+    assert (olmo.layers[0].qk_norm_scope, olmo.layers[0].qk_norm_width, olmo.layers[0].norm_position) == (
+        "projection",
+        4096,
+        "post",
+    )
     qwen = load_model(MODELS_DIR / "public" / "qwen2.5-7b.json")
     assert qwen.layers[0].qkv_bias and not qwen.layers[0].o_bias and qwen.layers[0].sliding_window is None
     moe = load_model(MODELS_DIR / "public" / "qwen1.5-moe-a2.7b.json")
     s = moe.layers[0]
-    assert (s.num_experts, s.experts_per_token, s.expert_intermediate_size, s.shared_intermediate_size,
-            s.shared_expert_gate) == (60, 4, 1408, 5632, True)
+    assert (
+        s.num_experts,
+        s.experts_per_token,
+        s.expert_intermediate_size,
+        s.shared_intermediate_size,
+        s.shared_expert_gate,
+    ) == (60, 4, 1408, 5632, True)
     lite = load_model(MODELS_DIR / "public" / "deepseek-v2-lite.json")
     assert [x.is_moe for x in lite.layers[:2]] == [False, True] and lite.layers[1].q_lora_rank == 0
     assert lite.layers[1].num_shared_experts == 2 and lite.layers[1].shared_intermediate_size == 2 * 1408
     gpt2 = load_model(MODELS_DIR / "public" / "gpt2.json")
-    assert (gpt2.layers[0].mlp, gpt2.layers[0].norm, gpt2.position_embedding, gpt2.final_norm) == \
-        ("plain", "layernorm", "learned", "layernorm")
+    assert (gpt2.layers[0].mlp, gpt2.layers[0].norm, gpt2.position_embedding, gpt2.final_norm) == (
+        "plain",
+        "layernorm",
+        "learned",
+        "layernorm",
+    )
     q35 = load_model(MODELS_DIR / "public" / "qwen3.5-35b-a3b.json")
     assert q35.num_full_attention_layers == 10 and q35.layers[3].output_gate and q35.num_mtp_layers == 1
 
@@ -235,8 +249,12 @@ def test_layer_params_are_the_layer_specs_count(path):
     spec = load_model(path)
     assert spec.layer_params == tuple(s.params for s in spec.layers)
     assert all(counted(spec.hidden_size, s) == s for s in spec.layers)
-    assert spec.flop_params == sum(s.activated_params for s in spec.layers) + spec.params.groups[
-        [g[0] for g in spec.params.groups].index("final_norm")][2] + spec.vocab_size * spec.hidden_size
+    assert (
+        spec.flop_params
+        == sum(s.activated_params for s in spec.layers)
+        + spec.params.groups[[g[0] for g in spec.params.groups].index("final_norm")][2]
+        + spec.vocab_size * spec.hidden_size
+    )
     assert spec.estimated == ()
 
 
@@ -256,8 +274,14 @@ def _heads(rnd):
 
 def _dense_base(rnd, mtype: str, kv_required: bool) -> dict:
     h, a, kv = _heads(rnd)
-    cfg = {"model_type": mtype, "hidden_size": h, "num_hidden_layers": rnd.randint(1, 5), "num_attention_heads": a,
-           "intermediate_size": rnd.randint(1, 40), "vocab_size": rnd.randint(8, 200)}
+    cfg = {
+        "model_type": mtype,
+        "hidden_size": h,
+        "num_hidden_layers": rnd.randint(1, 5),
+        "num_attention_heads": a,
+        "intermediate_size": rnd.randint(1, 40),
+        "vocab_size": rnd.randint(8, 200),
+    }
     if kv_required:
         cfg["num_key_value_heads"] = kv
     else:
@@ -336,8 +360,12 @@ def gen_qwen3(rnd):
 
 def _sparse_pattern(rnd, cfg):
     _maybe(rnd, cfg, "decoder_sparse_step", rnd.randint(1, 3))
-    _maybe(rnd, cfg, "mlp_only_layers", sorted(rnd.sample(range(cfg["num_hidden_layers"]),
-                                                          rnd.randint(0, cfg["num_hidden_layers"]))))
+    _maybe(
+        rnd,
+        cfg,
+        "mlp_only_layers",
+        sorted(rnd.sample(range(cfg["num_hidden_layers"]), rnd.randint(0, cfg["num_hidden_layers"]))),
+    )
 
 
 def gen_qwen2_moe(rnd):
@@ -364,7 +392,7 @@ def gen_qwen3_moe(rnd):
 
 def _gemma_base(rnd, mtype):
     cfg = _dense_base(rnd, mtype, True) | {"head_dim": 2 * rnd.randint(1, 6)}
-    cfg["vocab_size"] = max(cfg["vocab_size"], 3)   # Gemma's pad/bos/eos ids 0, 2, 1
+    cfg["vocab_size"] = max(cfg["vocab_size"], 3)  # Gemma's pad/bos/eos ids 0, 2, 1
     _maybe(rnd, cfg, "attention_bias", rnd.random() < 0.5)
     _maybe(rnd, cfg, "sliding_window", rnd.randint(1, 64))
     _maybe(rnd, cfg, "layer_types", _types(rnd, cfg["num_hidden_layers"], ["full_attention", "sliding_attention"]))
@@ -388,14 +416,27 @@ def gen_gemma3_text(rnd):
 def gen_gemma3(rnd):
     text = gen_gemma3_text(rnd)
     vw = rnd.choice([1, 2]) * 8
-    vision = {"model_type": "siglip_vision_model", "hidden_size": vw, "intermediate_size": rnd.randint(1, 20),
-              "num_hidden_layers": rnd.randint(1, 2), "num_attention_heads": rnd.choice([1, 2]),
-              "image_size": rnd.choice([8, 12, 16]), "patch_size": rnd.choice([2, 4])}
+    vision = {
+        "model_type": "siglip_vision_model",
+        "hidden_size": vw,
+        "intermediate_size": rnd.randint(1, 20),
+        "num_hidden_layers": rnd.randint(1, 2),
+        "num_attention_heads": rnd.choice([1, 2]),
+        "image_size": rnd.choice([8, 12, 16]),
+        "patch_size": rnd.choice([2, 4]),
+    }
     _maybe(rnd, vision, "vision_use_head", rnd.random() < 0.5)
     _maybe(rnd, vision, "num_channels", rnd.randint(1, 3))
-    cfg = {"model_type": "gemma3", "text_config": text, "vision_config": vision, "mm_tokens_per_image": 4,
-           "image_token_index": 0, "boi_token_index": 0, "eoi_token_index": 0}
-    if "tie_word_embeddings" in text:   # a multimodal config's flag, set alike at both levels
+    cfg = {
+        "model_type": "gemma3",
+        "text_config": text,
+        "vision_config": vision,
+        "mm_tokens_per_image": 4,
+        "image_token_index": 0,
+        "boi_token_index": 0,
+        "eoi_token_index": 0,
+    }
+    if "tie_word_embeddings" in text:  # a multimodal config's flag, set alike at both levels
         cfg["tie_word_embeddings"] = text["tie_word_embeddings"]
     return cfg
 
@@ -408,8 +449,12 @@ def _qwen3_5(rnd, mtype, moe):
         t["layer_types"] = _types(rnd, n, ["full_attention", "linear_attention"])
     else:
         t["full_attention_interval"] = rnd.randint(1, 3)
-    t.update(linear_num_key_heads=rnd.randint(1, 3), linear_key_head_dim=rnd.randint(1, 6),
-             linear_value_head_dim=rnd.randint(1, 6), linear_conv_kernel_dim=rnd.randint(1, 4))
+    t.update(
+        linear_num_key_heads=rnd.randint(1, 3),
+        linear_key_head_dim=rnd.randint(1, 6),
+        linear_value_head_dim=rnd.randint(1, 6),
+        linear_conv_kernel_dim=rnd.randint(1, 4),
+    )
     t["linear_num_value_heads"] = t["linear_num_key_heads"] * rnd.randint(1, 2)
     _maybe(rnd, t, "attention_bias", rnd.random() < 0.5)
     _maybe(rnd, t, "attn_output_gate", True)
@@ -418,17 +463,24 @@ def _qwen3_5(rnd, mtype, moe):
         del t["intermediate_size"]
         _experts(rnd, t)
         t["shared_expert_intermediate_size"] = rnd.randint(0, 24)
-    if rnd.random() < 0.25:   # a text-only checkpoint: the text model at the top level, typed ..._text
+    if rnd.random() < 0.25:  # a text-only checkpoint: the text model at the top level, typed ..._text
         return t | {"model_type": mtype + "_text"}
     cfg = {"model_type": mtype, "text_config": t}
-    if "tie_word_embeddings" in t:      # a multimodal config's flag, set alike at both levels
+    if "tie_word_embeddings" in t:  # a multimodal config's flag, set alike at both levels
         cfg["tie_word_embeddings"] = t["tie_word_embeddings"]
     if rnd.random() < 0.5:
         vw = rnd.choice([1, 2]) * 8
-        cfg["vision_config"] = {"depth": rnd.randint(1, 2), "hidden_size": vw, "intermediate_size": rnd.randint(1, 20),
-                                "num_heads": rnd.choice([1, 2]), "patch_size": rnd.choice([2, 4]),
-                                "temporal_patch_size": rnd.randint(1, 2), "spatial_merge_size": rnd.randint(1, 2),
-                                "num_position_embeddings": rnd.choice([4, 16]), "out_hidden_size": t["hidden_size"]}
+        cfg["vision_config"] = {
+            "depth": rnd.randint(1, 2),
+            "hidden_size": vw,
+            "intermediate_size": rnd.randint(1, 20),
+            "num_heads": rnd.choice([1, 2]),
+            "patch_size": rnd.choice([2, 4]),
+            "temporal_patch_size": rnd.randint(1, 2),
+            "spatial_merge_size": rnd.randint(1, 2),
+            "num_position_embeddings": rnd.choice([4, 16]),
+            "out_hidden_size": t["hidden_size"],
+        }
     return cfg
 
 
@@ -443,12 +495,24 @@ def gen_qwen3_5_moe(rnd):
 def _deepseek(rnd, mtype):
     h, a, _ = _heads(rnd)
     n_layers = rnd.randint(1, 5)
-    cfg = {"model_type": mtype, "hidden_size": h, "num_hidden_layers": n_layers, "num_attention_heads": a,
-           "vocab_size": rnd.randint(8, 200), "intermediate_size": rnd.randint(1, 40),
-           "q_lora_rank": rnd.choice([None, rnd.randint(1, 16)]), "kv_lora_rank": rnd.randint(1, 16),
-           "qk_nope_head_dim": rnd.randint(1, 8), "qk_rope_head_dim": 2 * rnd.randint(1, 4),
-           "v_head_dim": rnd.randint(1, 8), "n_routed_experts": rnd.randint(1, 6), "moe_intermediate_size":
-           rnd.randint(1, 24), "first_k_dense_replace": rnd.randint(0, n_layers), "n_group": 1, "topk_group": 1}
+    cfg = {
+        "model_type": mtype,
+        "hidden_size": h,
+        "num_hidden_layers": n_layers,
+        "num_attention_heads": a,
+        "vocab_size": rnd.randint(8, 200),
+        "intermediate_size": rnd.randint(1, 40),
+        "q_lora_rank": rnd.choice([None, rnd.randint(1, 16)]),
+        "kv_lora_rank": rnd.randint(1, 16),
+        "qk_nope_head_dim": rnd.randint(1, 8),
+        "qk_rope_head_dim": 2 * rnd.randint(1, 4),
+        "v_head_dim": rnd.randint(1, 8),
+        "n_routed_experts": rnd.randint(1, 6),
+        "moe_intermediate_size": rnd.randint(1, 24),
+        "first_k_dense_replace": rnd.randint(0, n_layers),
+        "n_group": 1,
+        "topk_group": 1,
+    }
     cfg["num_experts_per_tok"] = rnd.randint(1, cfg["n_routed_experts"])
     _maybe(rnd, cfg, "n_shared_experts", rnd.randint(0, 2))
     _maybe(rnd, cfg, "attention_bias", rnd.random() < 0.5)
@@ -471,15 +535,23 @@ def gen_deepseek_v3(rnd):
 
 def gen_gpt2(rnd):
     h, a, _ = _heads(rnd)
-    cfg = {"model_type": "gpt2", "n_embd": h, "n_head": a, "n_layer": rnd.randint(1, 5),
-           "n_positions": rnd.randint(1, 64), "vocab_size": rnd.randint(8, 200), "bos_token_id": 0, "eos_token_id": 0}
+    cfg = {
+        "model_type": "gpt2",
+        "n_embd": h,
+        "n_head": a,
+        "n_layer": rnd.randint(1, 5),
+        "n_positions": rnd.randint(1, 64),
+        "vocab_size": rnd.randint(8, 200),
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+    }
     _maybe(rnd, cfg, "n_inner", rnd.choice([None, rnd.randint(1, 40)]))
     _maybe(rnd, cfg, "tie_word_embeddings", rnd.random() < 0.5)
     return cfg
 
 
 GENERATORS = {name[4:]: fn for name, fn in globals().items() if name.startswith("gen_")}
-RANDOM_PER_FAMILY = int(os.environ.get("MESHPLAN_RANDOM_CONFIGS", "4"))   # 60 per family pass too (1,020)
+RANDOM_PER_FAMILY = int(os.environ.get("MESHPLAN_RANDOM_CONFIGS", "4"))  # 60 per family pass too (1,020)
 
 
 def test_every_family_has_a_generator_and_a_real_config():
@@ -498,18 +570,57 @@ def test_random_config_equals_transformers(family, seed):
 
 # ---------------------------------------------------------------- types only transformers knows: its fallback
 FALLBACK = {
-    "olmoe": {"model_type": "olmoe", "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "intermediate_size": 16, "vocab_size": 50, "num_experts": 4,
-              "num_experts_per_tok": 2, "pad_token_id": 1, "eos_token_id": 2},
-    "granite": {"model_type": "granite", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-                "intermediate_size": 16, "vocab_size": 50, "tie_word_embeddings": True},
-    "gemma": {"model_type": "gemma", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 1, "head_dim": 8, "intermediate_size": 16, "vocab_size": 50},
-    "qwen3_next": {"model_type": "qwen3_next", "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
-                   "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 16, "vocab_size": 50,
-                   "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8,
-                   "shared_expert_intermediate_size": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
-                   "linear_key_head_dim": 4, "linear_value_head_dim": 4, "linear_conv_kernel_dim": 2},
+    "olmoe": {
+        "model_type": "olmoe",
+        "hidden_size": 32,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 16,
+        "vocab_size": 50,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "pad_token_id": 1,
+        "eos_token_id": 2,
+    },
+    "granite": {
+        "model_type": "granite",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 16,
+        "vocab_size": 50,
+        "tie_word_embeddings": True,
+    },
+    "gemma": {
+        "model_type": "gemma",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 8,
+        "intermediate_size": 16,
+        "vocab_size": 50,
+    },
+    "qwen3_next": {
+        "model_type": "qwen3_next",
+        "hidden_size": 32,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 16,
+        "vocab_size": 50,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 8,
+        "shared_expert_intermediate_size": 8,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 4,
+        "linear_value_head_dim": 4,
+        "linear_conv_kernel_dim": 2,
+    },
 }
 
 

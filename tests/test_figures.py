@@ -19,6 +19,7 @@ import pytest
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+
 from meshplan import Mesh, schedule
 from meshplan.grid import plot_grid
 from meshplan.plotting import COLORS, FIG_WIDTH, gantt, gantt_grid, timeline_svg
@@ -39,8 +40,13 @@ def _shown(fig) -> tuple[int, float]:
 
 def _deepseek_grid():
     mesh = Mesh({"tp": 1, "cp": 1, "pp": 16, "dp": 128}, "tp-cp-ep-dp-pp", 8, ep=64)
-    return plot_grid(mesh, 0, axes=("pp",), highlight={"ep": mesh.group(0, "ep")},
-                     title="DeepSeek-V3: 2,048 GPUs in Megatron's order; GPU 0's EP group spans 8 nodes")
+    return plot_grid(
+        mesh,
+        0,
+        axes=("pp",),
+        highlight={"ep": mesh.group(0, "ep")},
+        title="DeepSeek-V3: 2,048 GPUs in Megatron's order; GPU 0's EP group spans 8 nodes",
+    )
 
 
 FIGURES = {
@@ -62,7 +68,7 @@ def test_text_is_at_least_11_px_on_the_desktop_page(name):
     fig = FIGURES[name]()
     assert fig.get_figwidth() <= FIG_WIDTH
     width, smallest = _shown(fig)
-    assert width <= COLUMN_PX, width                  # shown unscaled
+    assert width <= COLUMN_PX, width  # shown unscaled
     assert smallest >= 11, smallest
 
 
@@ -70,23 +76,25 @@ def test_gantt_labels_micro_batches_where_they_fit_and_has_one_legend():
     fig = gantt(schedule.simulate("1f1b", 4, 8))
     ax = fig.axes[0]
     numbers = [t.get_text() for t in ax.texts]
-    assert sorted(numbers) == sorted(str(mb) for mb in range(8) for _ in range(8))   # F and BW of 8 on 4 GPUs
+    assert sorted(numbers) == sorted(str(mb) for mb in range(8) for _ in range(8))  # F and BW of 8 on 4 GPUs
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["F (forward)", "BW (full backward)"]
     assert ax.get_title(loc="left") == "1F1B: p = 4, m = 8; bubble 37.5 %\npeak activations on GPU 0: 4"
     plt.close(fig)
     fig = gantt_grid(list(schedule.compare_kinds(["gpipe", "zb-h1", "interleaved"], 4, 8, 2).values()))
     assert [ax.get_legend() is not None for ax in fig.axes] == [True, False, False]
-    assert fig.axes[2].get_title(loc="left") == ("interleaved 1F1B (v = 2); bubble 18.8 %, peak activations on "
-                                                 "GPU 0: 11")
-    assert {ax.get_xlim() for ax in fig.axes} == {(0.0, 33.0)}                      # one time axis: GPipe's
+    assert fig.axes[2].get_title(loc="left") == (
+        "interleaved 1F1B (v = 2); bubble 18.8 %, peak activations on GPU 0: 11"
+    )
+    assert {ax.get_xlim() for ax in fig.axes} == {(0.0, 33.0)}  # one time axis: GPipe's
     plt.close(fig)
 
 
 def test_timeline_svg_to_a_common_scale():
     a, b = schedule.simulate("gpipe", 4, 8), schedule.simulate("dualpipe", 4, 8)
     sa, sb = timeline_svg(a, scale=20), timeline_svg(b, scale=20)
-    width = [int(re.search(r'<svg [^>]*width="(\d+)"', s).group(1)) for s in (sa, sb)]
+    found = [re.search(r'<svg [^>]*width="(\d+)"', s) for s in (sa, sb)]
+    width = [int(m.group(1)) for m in found if m is not None]
     assert width == [(52 + 33 * 20 + 10), (52 + 26 * 20 + 10)]
     assert sa.count(f'fill="{COLORS["F"]}"') == 32 and sa.count('class="mp-mb"') == 64
     assert re.findall(r'class="mp-tick"[^>]*>([^<]*)<', sa) == [str(x) for x in range(0, 34, 2)]
-    assert timeline_svg(a) == timeline_svg(schedule.simulate("gpipe", 4, 8))     # deterministic
+    assert timeline_svg(a) == timeline_svg(schedule.simulate("gpipe", 4, 8))  # deterministic

@@ -16,8 +16,14 @@ from meshplan.model import load_model, model_from_config
 from meshplan.resources import data_path, read_json
 
 PRESETS = ("a100-sxm-80gb", "b200-sxm-180gb", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "lab")
-FIELDS = ("gpu_memory_bytes", "gpus_per_node", "nvlink_bytes_per_s", "infiniband_bytes_per_s", "peak_bf16_flop_per_s",
-          "hbm_bytes_per_s")
+FIELDS = (
+    "gpu_memory_bytes",
+    "gpus_per_node",
+    "nvlink_bytes_per_s",
+    "infiniband_bytes_per_s",
+    "peak_bf16_flop_per_s",
+    "hbm_bytes_per_s",
+)
 LAB_ONLY = "effective_flop_per_s"
 LEGACY_FIELDS = ("gpu_memory_bytes", "gpus_per_node", "nvlink_bytes_per_s", "infiniband_bytes_per_s", LAB_ONLY)
 
@@ -97,10 +103,17 @@ def test_lab_keeps_the_lab_pages_machine():
     """The lab page's machine (and the old data/hardware.json it replaces): 80 GB, 8 per node, NVLink 160 GB/s and
     IB 50 GB/s (DeepSeek-V3 §3.2.2), 400 TFLOP/s effective."""
     lab = preset("lab")
-    expected = {"gpu_memory_bytes": 80e9, "gpus_per_node": 8, "nvlink_bytes_per_s": 160e9,
-                "infiniband_bytes_per_s": 50e9, "effective_flop_per_s": 400e12}
+    expected = {
+        "gpu_memory_bytes": 80e9,
+        "gpus_per_node": 8,
+        "nvlink_bytes_per_s": 160e9,
+        "infiniband_bytes_per_s": 50e9,
+        "effective_flop_per_s": 400e12,
+    }
     assert {k: lab[k]["value"] for k in LEGACY_FIELDS} == expected
-    assert lab["nvlink_bytes_per_s"]["source"].startswith("DeepSeek-V3 technical report (arXiv:2412.19437) section 3.2.2")
+    assert lab["nvlink_bytes_per_s"]["source"].startswith(
+        "DeepSeek-V3 technical report (arXiv:2412.19437) section 3.2.2"
+    )
 
 
 def test_h800_and_lab_differ_only_in_nvlink_where_deepseek_quotes_an_effective_figure():
@@ -230,8 +243,15 @@ def test_deepseek_v3_gpu_hours_per_trillion_tokens_match_table_1():
 
 
 # ---------------------------------------------------------------- held-out runs: printed figures agree
-@pytest.mark.parametrize("run_id, vocab", [("bloom-176b", 250880), ("mt-nlg-530b-2240gpu", 50272),
-                                           ("mt-nlg-530b-2800gpu", 50272), ("mt-nlg-530b-3360gpu", 50272)])
+@pytest.mark.parametrize(
+    "run_id, vocab",
+    [
+        ("bloom-176b", 250880),
+        ("mt-nlg-530b-2240gpu", 50272),
+        ("mt-nlg-530b-2800gpu", 50272),
+        ("mt-nlg-530b-3360gpu", 50272),
+    ],
+)
 def test_held_out_tflops_follow_from_eq3_and_the_iteration_time(run_id, vocab):
     run = BY_ID[run_id]
     shape, pub = run["model"]["shape"], run["published"]

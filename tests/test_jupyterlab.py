@@ -33,8 +33,7 @@ STAMP = ".venv/.requirements.stamp"  # the Makefile's: never reinstall the venv 
 
 # JupyterLab settings for the test: no news or update checks (no network here), every cell kept in the page.
 LAB_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                         "checkForUpdates": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
@@ -70,12 +69,17 @@ def lab(tmp_path_factory):
         "MPLCONFIGDIR": str(work / "matplotlib"),
         "MESHPLAN_STATIC": "1",  # `make lab` must unset it: the exercises are to be live widgets
     }
-    args = (f"--no-browser --port={port} --ServerApp.port_retries=0 --IdentityProvider.token={token} "
-            "--LabApp.expose_app_in_browser=True")
+    args = (
+        f"--no-browser --port={port} --ServerApp.port_retries=0 --IdentityProvider.token={token} "
+        "--LabApp.expose_app_in_browser=True"
+    )
     with open(work / "lab.log", "w") as log:
         proc = subprocess.Popen(
             ["make", "-s", "-f", str(REPO_ROOT / "Makefile"), "-C", str(work), "-o", STAMP, "lab", f"LAB_ARGS={args}"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         base = f"http://127.0.0.1:{port}"
         try:
@@ -176,8 +180,12 @@ def _says(text: str) -> str:
 def test_an_exercise_is_live_move_a_slider_type_a_prediction_check_it(notebook):
     page, _ = notebook
     check_button = page.get_by_role("button", name="Check", exact=True)
-    exercise = (page.locator(".jp-OutputArea-output .widget-vbox")
-                .filter(has=page.locator(".widget-hslider")).filter(has=check_button).first)
+    exercise = (
+        page.locator(".jp-OutputArea-output .widget-vbox")
+        .filter(has=page.locator(".widget-hslider"))
+        .filter(has=check_button)
+        .first
+    )
     exercise.scroll_into_view_if_needed()
     slider = exercise.locator(".widget-hslider").first
     readout = slider.locator(".widget-readout")
@@ -189,8 +197,9 @@ def test_an_exercise_is_live_move_a_slider_type_a_prediction_check_it(notebook):
         prediction.fill(typed)
         prediction.press("Enter")  # commits the value (and submits, where the widget grades on Enter)
         check.click()
-        page.wait_for_function("el => /The library says/.test(el.innerText)", arg=answer.element_handle(),
-                               timeout=15_000)
+        page.wait_for_function(
+            "el => /The library says/.test(el.innerText)", arg=answer.element_handle(), timeout=15_000
+        )
         return answer.inner_text()
 
     # An empty prediction never gets the answer.
@@ -206,8 +215,9 @@ def test_an_exercise_is_live_move_a_slider_type_a_prediction_check_it(notebook):
     at_end = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
     handle.focus()
     handle.press("ArrowLeft" if at_end else "ArrowRight")
-    page.wait_for_function("([el, old]) => el.innerText !== old", arg=[readout.element_handle(), position],
-                           timeout=5_000)
+    page.wait_for_function(
+        "([el, old]) => el.innerText !== old", arg=[readout.element_handle(), position], timeout=5_000
+    )
     after = feedback_for("1")
     assert readout.inner_text() != position, "the slider did not move"
     assert _says(after) != _says(before), f"moving the slider did not change the answer: {after!r}"

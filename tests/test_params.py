@@ -9,11 +9,12 @@ import json
 from pathlib import Path
 
 import pytest
+
 from meshplan import available_models, load_model, model_from_config
 from meshplan.model import COMPONENT_KEYS, MODELS_DIR
 
 REFERENCE = ["deepseek-v3", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "qwen3.8-27b", "small-3.7m"]
-BOOK = ["qwen3-30b-a3b", "qwen3-8b"]   # the "Plan your own model" page: one dense, one MoE config not in the book yet
+BOOK = ["qwen3-30b-a3b", "qwen3-8b"]  # the "Plan your own model" page: one dense, one MoE config not in the book yet
 SHIPPED = sorted(REFERENCE + BOOK)
 PUBLIC = sorted(p.stem for p in (MODELS_DIR / "public").glob("*.json"))
 
@@ -80,8 +81,13 @@ def test_anchor_text_model(anchor):
     text = anchor.params.total - c["vision"] - c["mtp"]
     assert text == ANCHOR_TEXT
     g = _groups(anchor)
-    assert (g["embedding"][1] + g["head"][1] + 16 * g["full_attention_layers"][1]
-            + 48 * g["linear_attention_layers"][1] + g["final_norm"][1]) == ANCHOR_TEXT
+    assert (
+        g["embedding"][1]
+        + g["head"][1]
+        + 16 * g["full_attention_layers"][1]
+        + 48 * g["linear_attention_layers"][1]
+        + g["final_norm"][1]
+    ) == ANCHOR_TEXT
     # the text model is also the sum of the decoder layers, both embeddings and the final norm
     assert sum(anchor.layer_params) + 2 * ANCHOR_EMB + 5_120 == ANCHOR_TEXT
 
@@ -104,10 +110,15 @@ def test_anchor_layer_layout(anchor):
     assert anchor.num_layers == 64
     assert anchor.num_full_attention_layers == 16
     assert anchor.layer_params == tuple(
-        ANCHOR_FULL_LAYER if (i + 1) % 4 == 0 else ANCHOR_LINEAR_LAYER for i in range(64))
+        ANCHOR_FULL_LAYER if (i + 1) % 4 == 0 else ANCHOR_LINEAR_LAYER for i in range(64)
+    )
     assert anchor.kv_width == 2 * 4 * 256
-    assert (anchor.hidden_size, anchor.num_attention_heads, anchor.num_key_value_heads, anchor.head_dim) == \
-        (5_120, 24, 4, 256)
+    assert (anchor.hidden_size, anchor.num_attention_heads, anchor.num_key_value_heads, anchor.head_dim) == (
+        5_120,
+        24,
+        4,
+        256,
+    )
     assert (anchor.linear_num_key_heads, anchor.linear_num_value_heads) == (16, 48)
 
 
@@ -116,12 +127,16 @@ def test_reference_breakdown_adds_up_to_the_library_rows(anchor):
     mlp = 3 * 5_120 * 17_408
     assert mlp == 267_386_880
     full = 62_914_560 + 2 * 5_242_880 + 31_457_280 + 2 * 256 + mlp + 2 * 5_120
-    lin = (52_428_800 + 31_457_280 + 2 * 245_760 + 40_960 + 48 + 48 + 128 + 31_457_280 + mlp + 2 * 5_120)
+    lin = 52_428_800 + 31_457_280 + 2 * 245_760 + 40_960 + 48 + 48 + 128 + 31_457_280 + mlp + 2 * 5_120
     vision = 1_770_624 + 2_654_208 + 27 * 15_239_504 + 44_838_656
     mtp = 52_428_800 + 15_360 + full
     g = _groups(anchor)
-    assert (full, lin, vision, mtp) == (g["full_attention_layers"][1], g["linear_attention_layers"][1],
-                                        g["vision_tower"][1], g["mtp"][1])
+    assert (full, lin, vision, mtp) == (
+        g["full_attention_layers"][1],
+        g["linear_attention_layers"][1],
+        g["vision_tower"][1],
+        g["mtp"][1],
+    )
 
 
 # ---------------------------------------------------------------- DeepSeek-V3
@@ -212,8 +227,13 @@ def test_small_model():
 
 
 GPT2_124M = {
-    "model_type": "gpt2", "vocab_size": 50_257, "n_positions": 1_024, "n_embd": 768, "n_layer": 12,
-    "n_head": 12, "tie_word_embeddings": True,
+    "model_type": "gpt2",
+    "vocab_size": 50_257,
+    "n_positions": 1_024,
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "tie_word_embeddings": True,
 }
 
 
@@ -236,7 +256,7 @@ def test_qwen3_8b_rows():
     """Qwen3-8B: 36 layers of GQA (32 heads, 8 KV heads of 128) with per-head q/k norms and a SwiGLU MLP."""
     spec = load_model("qwen3-8b")
     emb = 151_936 * 4_096
-    attention = 4_096 * 4_096 + 2 * 4_096 * 1_024 + 4_096 * 4_096 + 2 * 128   # q, k, v, o, q_norm + k_norm
+    attention = 4_096 * 4_096 + 2 * 4_096 * 1_024 + 4_096 * 4_096 + 2 * 128  # q, k, v, o, q_norm + k_norm
     layer = attention + 3 * 4_096 * 12_288 + 2 * 4_096
     assert (emb, layer) == (622_329_856, 192_946_432)
     assert _groups(spec) == {"embedding": (1, emb), "head": (1, emb), "layers": (36, layer), "final_norm": (1, 4_096)}
@@ -264,21 +284,45 @@ def test_qwen3_30b_a3b_rows():
 # ---------------------------------------------------------------- the per-layer description of the reference models
 def test_layer_specs_of_the_reference_models(anchor, dsv3):
     full, linear = anchor.layers[3], anchor.layers[0]
-    assert (full.mixer, full.output_gate, full.qk_norm_width, full.num_heads, full.num_kv_heads) == \
-        ("attention", True, 256, 24, 4)
-    assert (linear.mixer, linear.linear_num_key_heads, linear.linear_num_value_heads, linear.linear_conv_kernel) == \
-        ("linear_attention", 16, 48, 4)
+    assert (full.mixer, full.output_gate, full.qk_norm_width, full.num_heads, full.num_kv_heads) == (
+        "attention",
+        True,
+        256,
+        24,
+        4,
+    )
+    assert (linear.mixer, linear.linear_num_key_heads, linear.linear_num_value_heads, linear.linear_conv_kernel) == (
+        "linear_attention",
+        16,
+        48,
+        4,
+    )
     assert full.params == ANCHOR_FULL_LAYER and linear.params == ANCHOR_LINEAR_LAYER
     assert anchor.num_mtp_layers == 1 and not anchor.tie_word_embeddings
     dense, moe = dsv3.layers[2], dsv3.layers[3]
-    assert (dense.mixer, dense.q_lora_rank, dense.kv_lora_rank, dense.qk_rope_head_dim, dense.intermediate_size) == \
-        ("mla", 1_536, 512, 64, 18_432)
-    assert (moe.num_experts, moe.experts_per_token, moe.num_shared_experts, moe.shared_intermediate_size,
-            moe.router_bias, moe.expert_params) == (256, 8, 1, 2_048, True, 256 * 3 * 7_168 * 2_048)
-    assert moe.intermediate_size == moe.expert_intermediate_size == 2_048   # each routed expert's width
+    assert (dense.mixer, dense.q_lora_rank, dense.kv_lora_rank, dense.qk_rope_head_dim, dense.intermediate_size) == (
+        "mla",
+        1_536,
+        512,
+        64,
+        18_432,
+    )
+    assert (
+        moe.num_experts,
+        moe.experts_per_token,
+        moe.num_shared_experts,
+        moe.shared_intermediate_size,
+        moe.router_bias,
+        moe.expert_params,
+    ) == (256, 8, 1, 2_048, True, 256 * 3 * 7_168 * 2_048)
+    assert moe.intermediate_size == moe.expert_intermediate_size == 2_048  # each routed expert's width
     small = load_model("small-3.7m")
-    assert (small.layers[0].mlp, small.layers[0].norm, small.position_embedding, small.tie_word_embeddings) == \
-        ("plain", "rmsnorm", "learned", True)
+    assert (small.layers[0].mlp, small.layers[0].norm, small.position_embedding, small.tie_word_embeddings) == (
+        "plain",
+        "rmsnorm",
+        "learned",
+        True,
+    )
 
 
 # ---------------------------------------------------------------- both breakdowns sum to the total
@@ -352,7 +396,7 @@ def test_config_missing_hidden_size(tmp_path: Path):
 def test_qwen_config_missing_hidden_size():
     cfg = _config("qwen3.8-27b")
     del cfg["text_config"]["hidden_size"]
-    with pytest.raises(ValueError, match="missing key 'text_config.hidden_size'"):
+    with pytest.raises(ValueError, match=r"missing key 'text_config\.hidden_size'"):
         model_from_config(cfg)
 
 
@@ -370,8 +414,11 @@ def test_type_transformers_knows_goes_to_its_fallback(tmp_path: Path):
     """mamba is not counted analytically; transformers knows it, and its fallback names the key it needs."""
     path = tmp_path / "mamba.json"
     path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768}))
-    with pytest.raises(ValueError, match="unsupported model_type 'mamba' .* transformers knows 'mamba' but cannot "
-                                         "count this config: missing key 'num_hidden_layers'"):
+    with pytest.raises(
+        ValueError,
+        match=r"unsupported model_type 'mamba' .* transformers knows 'mamba' but cannot "
+        "count this config: missing key 'num_hidden_layers'",
+    ):
         load_model(path)
 
 
@@ -380,7 +427,7 @@ def test_bad_values_are_named():
     with pytest.raises(ValueError, match="'num_hidden_layers' must be a positive integer, got 0"):
         model_from_config(cfg)
     with pytest.raises(ValueError, match="expected a JSON object"):
-        model_from_config([1, 2])
+        model_from_config([1, 2])  # type: ignore[arg-type]  # not a mapping, on purpose
     with pytest.raises(ValueError, match="'norm' must be one of 'layernorm', 'rmsnorm', got 'batchnorm'"):
         model_from_config({**GPT2_124M, "norm": "batchnorm"})
 

@@ -7,8 +7,24 @@ import json
 
 import pytest
 
-from meshplan import (FSDP2_BPP, MEGATRON_BPP, Mesh, ParallelDims, Plan, activations, collectives, cp, ep, evaluate, load_hardware,
-                      load_model, model_from_config, pp, published, zero)
+from meshplan import (
+    FSDP2_BPP,
+    MEGATRON_BPP,
+    Mesh,
+    ParallelDims,
+    Plan,
+    activations,
+    collectives,
+    cp,
+    ep,
+    evaluate,
+    load_hardware,
+    load_model,
+    model_from_config,
+    pp,
+    published,
+    zero,
+)
 from meshplan.lab import LAB_8_GPUS, lab_plan
 from meshplan.mesh import parse_order
 
@@ -23,7 +39,7 @@ def stages(spec, n_stages: int) -> list[int]:
     final_norm = {name: count * size for name, count, size in spec.params.groups}["final_norm"]
     out = []
     for k in range(n_stages):
-        x = sum(spec.layer_params[k * per:(k + 1) * per])
+        x = sum(spec.layer_params[k * per : (k + 1) * per])
         if k == 0:
             x += comps["embedding"] + comps["vision"]
         if k == n_stages - 1:
@@ -37,10 +53,13 @@ def stage_memory(spec, n_stages: int, r) -> list[float]:
     """Memory of every pipeline stage, written out here: 16 B per parameter of its own (``stages``) plus
     Korthikanti's per-layer activations × its layers × its in-flight micro-batches min(m, p − k)."""
     p = r.plan
-    per_layer = activations.activation_bytes_per_layer(p.seq, p.micro_batch_size, spec.hidden_size,
-                                                       spec.num_attention_heads, 1, p.recompute)
+    per_layer = activations.activation_bytes_per_layer(
+        p.seq, p.micro_batch_size, spec.hidden_size, spec.num_attention_heads, 1, p.recompute
+    )
     layers = spec.num_layers // n_stages
-    return [16 * x + per_layer * layers * min(p.micro_batches, n_stages - k) for k, x in enumerate(stages(spec, n_stages))]
+    return [
+        16 * x + per_layer * layers * min(p.micro_batches, n_stages - k) for k, x in enumerate(stages(spec, n_stages))
+    ]
 
 
 @pytest.mark.parametrize("name", ["qwen3.8-27b", "llama-3.1-8b", "llama-3.1-405b", "small-3.7m", "deepseek-v3"])
@@ -68,8 +87,15 @@ def test_stage_balance_max_anchor_pp4():
 def test_stage_balance_max_counts_a_layernorm_final_norm():
     """The last stage's final norm is a GPT-2 LayerNorm with bias: 2h parameters, not h. With an untied head and a
     single learned position the last stage is the heaviest, and with full recompute its states dominate."""
-    cfg = {"model_type": "gpt2", "vocab_size": 1000, "n_positions": 1, "n_embd": 64, "n_layer": 2, "n_head": 4,
-           "tie_word_embeddings": False}
+    cfg = {
+        "model_type": "gpt2",
+        "vocab_size": 1000,
+        "n_positions": 1,
+        "n_embd": 64,
+        "n_layer": 2,
+        "n_head": 4,
+        "tie_word_embeddings": False,
+    }
     spec = model_from_config(cfg, name="gpt2-untied")
     first, last = stages(spec, 2)
     assert last - first == 64  # the final norm's bias
@@ -100,11 +126,13 @@ def test_zero_validation():
 def test_report_notes_and_heaviest_dim():
     tp8 = evaluate(lab_plan(LAB_8_GPUS[2]))
     assert tp8.heaviest_dim == "tp"
-    assert tp8.notes == ("tp=8 > 4 KV heads: each KV head is replicated on 2 GPUs (the extra k/v weights are not "
-                         "counted)",)
+    assert tp8.notes == (
+        "tp=8 > 4 KV heads: each KV head is replicated on 2 GPUs (the extra k/v weights are not counted)",
+    )
     tp2pp4 = evaluate(lab_plan(LAB_8_GPUS[3]))
-    assert tp2pp4.notes == ("full recompute re-runs the forward's 2 TP collectives per layer; not counted "
-                            "(lab convention)",)
+    assert tp2pp4.notes == (
+        "full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)",
+    )
     assert evaluate(lab_plan(LAB_8_GPUS[0])).heaviest_dim == "dp"
     single = evaluate(Plan.create("small-3.7m", gpus=1, seq=64))
     assert single.heaviest_dim is None and single.notes == ()
@@ -125,8 +153,8 @@ def test_plan_create_defaults_dp():
     assert Plan.create("qwen3.8-27b", gpus=64, tp=4, cp=2, pp=2).dp == 4
     with pytest.raises(ValueError, match=r"tp×cp×pp = 8×1×3 = 24 does not divide gpus=64"):
         Plan.create("qwen3.8-27b", gpus=64, tp=8, pp=3)
-    with pytest.raises(ValueError, match="model=.* must be a ModelSpec"):
-        Plan(model="qwen3.8-27b", dims=ParallelDims())
+    with pytest.raises(ValueError, match=r"model=.* must be a ModelSpec"):
+        Plan(model="qwen3.8-27b", dims=ParallelDims())  # type: ignore[arg-type]  # a name, on purpose
 
 
 def test_kv_replication_switch():
@@ -136,7 +164,7 @@ def test_kv_replication_switch():
         Plan.create(spec, gpus=8, tp=8, kv_replication=False)
     with pytest.raises(ValueError, match=r"^tp=3 does not divide 4 KV heads \(and 4 KV heads do not divide tp=3"):
         Plan.create(spec, gpus=3, tp=3)
-    with pytest.raises(ValueError, match="^tp=12 does not divide 16 linear-attention key heads$"):
+    with pytest.raises(ValueError, match=r"^tp=12 does not divide 16 linear-attention key heads$"):
         Plan.create(spec, gpus=12, tp=12, gpus_per_node=12)
 
 
@@ -208,7 +236,7 @@ def test_mesh_validation():
     with pytest.raises(ValueError, match="ep=3 does not divide dp×cp = 4×1 = 4"):
         Mesh({"tp": 1, "cp": 1, "pp": 1, "dp": 4}, ep=3)
     m = Mesh({"tp": 2, "cp": 1, "pp": 1, "dp": 2})
-    with pytest.raises(ValueError, match="rank=4 is not in 0..3"):
+    with pytest.raises(ValueError, match=r"rank=4 is not in 0\.\.3"):
         m.coords(4)
     with pytest.raises(ValueError, match="axis='xp'"):
         m.group(0, "xp")
@@ -216,8 +244,13 @@ def test_mesh_validation():
 
 def test_hardware():
     hw = load_hardware()
-    assert (hw.gpu_memory_bytes, hw.gpus_per_node, hw.nvlink_bytes_per_s, hw.infiniband_bytes_per_s,
-            hw.effective_flop_per_s) == (80e9, 8, 160e9, 50e9, 400e12)
+    assert (
+        hw.gpu_memory_bytes,
+        hw.gpus_per_node,
+        hw.nvlink_bytes_per_s,
+        hw.infiniband_bytes_per_s,
+        hw.effective_flop_per_s,
+    ) == (80e9, 8, 160e9, 50e9, 400e12)
     assert hw.nvlink_bytes_per_s / hw.infiniband_bytes_per_s == 3.2
     assert dict(hw.sources)["nvlink_bytes_per_s"].startswith("DeepSeek-V3")
 
@@ -231,6 +264,7 @@ def test_hardware_malformed(tmp_path):
 
 def test_min_gpus_for_states():
     from meshplan.zero import min_gpus_for_states
+
     assert min_gpus_for_states(P, 80e9) == 6  # 444.5 GB / 80 GB = 5.6 -> 6
     assert min_gpus_for_states(P, 80e9, MEGATRON_BPP) == 7  # 500.1 GB
     assert min_gpus_for_states(5e9, 80e9) == 1  # exactly 80 GB
@@ -242,6 +276,7 @@ def test_min_gpus_for_states():
 def test_step_time_and_tflops():
     from meshplan import compute
     from meshplan.units import fmt_tflops
+
     fp = load_model("qwen3.8-27b").flop_params
     assert compute.step_flop(fp, 4096) == 6 * fp * 4096
     assert compute.step_flop(fp, 4096, "full") == 8 * fp * 4096
@@ -267,13 +302,24 @@ def test_most_loaded_stage_weighs_experts_by_their_split():
     comps, lexp = m.params.components, m.layer_expert_params
     final_norm = m.hidden_size
     mtp = m.params.extra["mtp"]
-    for tp, ep, etp in ((1, 8, 1), (2, 8, 2), (2, 8, 1), (8, 2, 8)):
+    for tp, ep_size, etp in ((1, 8, 1), (2, 8, 2), (2, 8, 1), (8, 2, 8)):
         # ZeRO-1 shards the dense states over the 16 DP ranks and the experts' over their own expert-DP ranks,
         # so a stage's bytes are not proportional to its parameters; full recompute with m = 1 gives every
         # stage the same activations, so the most-loaded stage is the one with the most model-state bytes.
-        plan = Plan.create(m, gpus=tp * 4 * 16, tp=tp, pp=4, dp=16, ep=ep, expert_tp=etp, stage_balance="max",
-                           zero=1, recompute="full", micro_batches=1)
-        edp = tp * 16 // (etp * ep)
+        plan = Plan.create(
+            m,
+            gpus=tp * 4 * 16,
+            tp=tp,
+            pp=4,
+            dp=16,
+            ep=ep_size,
+            expert_tp=etp,
+            stage_balance="max",
+            zero=1,
+            recompute="full",
+            micro_batches=1,
+        )
+        edp = tp * 16 // (etp * ep_size)
         loads, states = [], []
         for k in range(4):
             layers = range(15 * k, 15 * (k + 1))
@@ -284,8 +330,8 @@ def test_most_loaded_stage_weighs_experts_by_their_split():
             if k == 3:
                 dense += comps["head"] + final_norm + mtp - max(lexp)
                 exp += max(lexp)
-            loads.append(dense / tp + exp / (etp * ep))
-            states.append(dense / tp * (4 + 12 / 16) + exp / (etp * ep) * (4 + 12 / edp))
+            loads.append(dense / tp + exp / (etp * ep_size))
+            states.append(dense / tp * (4 + 12 / 16) + exp / (etp * ep_size) * (4 + 12 / edp))
         r = evaluate(plan)
         k = states.index(max(states))
         assert r.stage == k and r.params_per_gpu == pytest.approx(loads[k], rel=1e-12)

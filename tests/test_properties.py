@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import replace
 
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
@@ -30,8 +29,13 @@ BW = {"nvlink": 160e9, "infiniband": 50e9}
 
 
 def _settings(n: int):
-    return settings(max_examples=n, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    return settings(
+        max_examples=n,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 def divisors(n: int) -> list[int]:
@@ -40,9 +44,11 @@ def divisors(n: int) -> list[int]:
 
 def _tp_ok(spec, t: int) -> bool:
     kv = spec.num_key_value_heads
-    return (spec.num_attention_heads % t == 0
-            and (kv % t == 0 or t % kv == 0)
-            and all(h % t == 0 for h in (spec.linear_num_key_heads, spec.linear_num_value_heads) if h))
+    return (
+        spec.num_attention_heads % t == 0
+        and (kv % t == 0 or t % kv == 0)
+        and all(h % t == 0 for h in (spec.linear_num_key_heads, spec.linear_num_value_heads) if h)
+    )
 
 
 TPS = {name: [t for t in divisors(s.num_attention_heads) if _tp_ok(s, t)] for name, s in SPECS.items()}
@@ -90,14 +96,29 @@ def plan_kwargs(draw, doubling_tp: bool = False, accounting: str | None = "lab")
         ep = rnd.choice([e for e in divisors(spec.num_experts) if room % e == 0])
     gpus = tp * pp * cp * dp
     zeros = [z for z in range(4) if not (acc == "fsdp2" and z == 1) and not (acc == "deepspeed" and z >= 2 and pp > 1)]
-    kw = dict(
-        model=spec, gpus=gpus, tp=tp, pp=pp, cp=cp, dp=dp, ep=ep, expert_tp=etp, virtual_stages=v, micro_batches=m,
-        seq=seq, zero=rnd.choice(zeros), recompute=rnd.choice(RECOMPUTE_MODES), micro_batch_size=rnd.randint(1, 4),
-        sp=rnd.choice([None, True, False]), order=rnd.choice([DEFAULT_ORDER, MEGATRON_ORDER]),
-        gpus_per_node=math.gcd(gpus, rnd.choice([1, 2, 4, 8, 16])), layers_per_stage=lps,
-        stage_balance=rnd.choice(["even", "even", "max"]), gpu_memory_bytes=rnd.choice([24e9, 80e9, 141e9]),
-        accounting=acc,
-    )
+    kw = {
+        "model": spec,
+        "gpus": gpus,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "dp": dp,
+        "ep": ep,
+        "expert_tp": etp,
+        "virtual_stages": v,
+        "micro_batches": m,
+        "seq": seq,
+        "zero": rnd.choice(zeros),
+        "recompute": rnd.choice(RECOMPUTE_MODES),
+        "micro_batch_size": rnd.randint(1, 4),
+        "sp": rnd.choice([None, True, False]),
+        "order": rnd.choice([DEFAULT_ORDER, MEGATRON_ORDER]),
+        "gpus_per_node": math.gcd(gpus, rnd.choice([1, 2, 4, 8, 16])),
+        "layers_per_stage": lps,
+        "stage_balance": rnd.choice(["even", "even", "max"]),
+        "gpu_memory_bytes": rnd.choice([24e9, 80e9, 141e9]),
+        "accounting": acc,
+    }
     if acc == "lab":
         kw["bytes_per_param"] = rnd.choice([DEFAULT_BPP, DEFAULT_BPP, MEGATRON_BPP, FSDP2_BPP])
     note(f"plan: {name} " + ", ".join(f"{k}={v!r}" for k, v in kw.items() if k != "model"))
@@ -127,8 +148,8 @@ def stage_params(plan: Plan) -> list[tuple[float, float]]:
         if plan.stage_balance == "even":
             dense += (spec.params.total - sum(spec.layer_params)) / p
         else:
-            dense += (comps["embedding"] + comps["vision"] if k == 0 else 0)
-            dense += (comps["head"] + final_norm + mtp - mtp_exp if k == p - 1 else 0)
+            dense += comps["embedding"] + comps["vision"] if k == 0 else 0
+            dense += comps["head"] + final_norm + mtp - mtp_exp if k == p - 1 else 0
             exp += mtp_exp if k == p - 1 else 0
         out.append((float(dense), float(exp)))
     return out
@@ -154,9 +175,14 @@ def expected_stage_memory(plan: Plan) -> list[float]:
     factor = (1 + (p - 1) / (p * plan.virtual_stages)) if plan.virtual_stages > 1 else 1
     out = []
     for k, ((dense, exp), n) in enumerate(zip(stage_params(plan), plan.stage_layers)):
-        states = sum(b * (dense / t / (d * c if name in STAGE_SHARDS[z] else 1)
-                          + exp / (etp * e) / (edp if name in STAGE_SHARDS[z] else 1))
-                     for name, b in bpp.terms().items())
+        states = sum(
+            b
+            * (
+                dense / t / (d * c if name in STAGE_SHARDS[z] else 1)
+                + exp / (etp * e) / (edp if name in STAGE_SHARDS[z] else 1)
+            )
+            for name, b in bpp.terms().items()
+        )
         out.append(states + per_layer_activations(plan) * n * min(plan.micro_batches, p - k) * factor / c)
     return out
 
@@ -180,7 +206,7 @@ def expected_comm(plan: Plan) -> dict[str, float]:
     layers_here = spec.num_layers // p
     lexp = spec.layer_expert_params or (0,) * spec.num_layers
     moe = [sum(1 for i in range(k * layers_here, (k + 1) * layers_here) if lexp[i]) for k in range(p)]
-    here = max(range(p), key=lambda k: (moe[k], -k))   # equal stages: the one with the most MoE layers
+    here = max(range(p), key=lambda k: (moe[k], -k))  # equal stages: the one with the most MoE layers
     tokens = s // c * b
     if t > 1:
         out["tp"] = 4 * 2 * (t - 1) / t * tokens * h * 2 * layers_here * m
@@ -198,9 +224,14 @@ def expected_comm(plan: Plan) -> dict[str, float]:
 
 
 def test_tp_choices_are_exactly_the_valid_ones():
-    known = {"deepseek-v3": [1, 2, 4, 8, 16, 32, 64, 128], "llama-3.1-405b": [1, 2, 4, 8, 16, 32, 64, 128],
-             "llama-3.1-70b": [1, 2, 4, 8, 16, 32, 64], "llama-3.1-8b": [1, 2, 4, 8, 16, 32],
-             "qwen3.8-27b": [1, 2, 4, 8], "small-3.7m": [1, 2, 4]}
+    known = {
+        "deepseek-v3": [1, 2, 4, 8, 16, 32, 64, 128],
+        "llama-3.1-405b": [1, 2, 4, 8, 16, 32, 64, 128],
+        "llama-3.1-70b": [1, 2, 4, 8, 16, 32, 64],
+        "llama-3.1-8b": [1, 2, 4, 8, 16, 32],
+        "qwen3.8-27b": [1, 2, 4, 8],
+        "small-3.7m": [1, 2, 4],
+    }
     assert {k: TPS[k] for k in known} == known
     for name, spec in SPECS.items():
         for t in range(1, 2 * spec.num_attention_heads + 1):
@@ -220,8 +251,14 @@ def sizes_of(plan: Plan) -> dict[str, int]:
     """The group size behind each traffic key; the expert-DP sync is its own group only when EP > 1 or expert
     TP ≠ TP (otherwise the experts sync with the dense gradients)."""
     separate = plan.model.is_moe and (plan.ep > 1 or plan.etp != plan.tp)
-    return {"dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep,
-            "edp": plan.expert_dp if separate else 1}
+    return {
+        "dp": plan.dp,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "cp": plan.cp,
+        "ep": plan.ep,
+        "edp": plan.expert_dp if separate else 1,
+    }
 
 
 @_settings(1500)
@@ -251,9 +288,10 @@ def test_report_invariants(kw):
             assert r.link[key] is None, key
             assert r.comm_time_s[key] == 0, key
         else:
-            assert r.link[key] in ("nvlink", "infiniband"), key
-            assert r.link[key] == plan.mesh.link(key), key
-            assert close(r.comm_time_s[key], r.comm_bytes_per_step[key] / BW[r.link[key]]), key
+            link = r.link[key]
+            assert link in ("nvlink", "infiniband"), key
+            assert link == plan.mesh.link(key), key
+            assert close(r.comm_time_s[key], r.comm_bytes_per_step[key] / BW[link]), key
             if key not in ("ep", "edp"):  # a pipeline stage may hold no MoE layer
                 assert r.comm_bytes_per_step[key] > 0, key
     if plan.accounting.name == "lab" and plan.layers_per_stage is None and plan.stage_balance == "even":
@@ -327,12 +365,23 @@ def test_bubble_falls_as_micro_batches_grow(kw, extra):
 def test_per_micro_batch_sync_grows_with_the_micro_batches(kw):
     """Doubling m doubles exactly the collectives an engine runs every micro-batch (FSDP2's, DeepSpeed ZeRO-2/3's,
     Megatron-FSDP's) and leaves the once-per-step ones (the lab's, Megatron's distributed optimizer's) alone."""
-    plan = Plan.create(**{**kw, "virtual_stages": 1, "layers_per_stage": None, "pp": 1,
-                          "gpus": kw["gpus"] // kw["pp"], "gpus_per_node": 1})
+    plan = Plan.create(
+        **{
+            **kw,
+            "virtual_stages": 1,
+            "layers_per_stage": None,
+            "pp": 1,
+            "gpus": kw["gpus"] // kw["pp"],
+            "gpus_per_node": 1,
+        }
+    )
     double = plan.replace(micro_batches=2 * plan.micro_batches)
     schedule = plan.accounting.sync_schedule(plan.zero, 1)
-    n, p = plan.dp, plan.stages[0].dense_params / plan.tp + (0 if (plan.ep > 1 or plan.etp != plan.tp)
-                                                             else plan.stages[0].expert_params / (plan.etp * plan.ep))
+    n, p = (
+        plan.dp,
+        plan.stages[0].dense_params / plan.tp
+        + (0 if (plan.ep > 1 or plan.etp != plan.tp) else plan.stages[0].expert_params / (plan.etp * plan.ep)),
+    )
     per_mb = sum(c.bytes(n, p / plan.cp) for c in schedule if c.per_micro_batch)
     r1, r2 = evaluate(plan), evaluate(double)
     assert close(r2.grad_sync_bytes["dp"] - r1.grad_sync_bytes["dp"], per_mb * plan.micro_batches, 1e-9)
@@ -345,8 +394,9 @@ class BruteMesh:
     def __init__(self, sizes: dict, order: str, gpn: int, ep: int):
         inner_to_outer = [a for a in order.split("-") if a != "ep"]
         outer_to_inner = inner_to_outer[::-1]
-        self.coords = [dict(zip(outer_to_inner, combo))
-                       for combo in itertools.product(*(range(sizes[a]) for a in outer_to_inner))]
+        self.coords = [
+            dict(zip(outer_to_inner, combo)) for combo in itertools.product(*(range(sizes[a]) for a in outer_to_inner))
+        ]
         self.rank_of = {tuple(c[a] for a in AXES): r for r, c in enumerate(self.coords)}
         self.sizes, self.gpn, self.ep = sizes, gpn, ep
 
@@ -355,7 +405,7 @@ class BruteMesh:
         if axis == "ep":
             members = [q for q, d in enumerate(self.coords) if d["tp"] == c["tp"] and d["pp"] == c["pp"]]
             k = members.index(rank) // self.ep
-            return tuple(members[k * self.ep:(k + 1) * self.ep])
+            return tuple(members[k * self.ep : (k + 1) * self.ep])
         return tuple(self.rank_of[tuple(i if a == axis else c[a] for a in AXES)] for i in range(self.sizes[axis]))
 
     def link(self, axis: str):

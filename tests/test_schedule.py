@@ -33,8 +33,9 @@ def test_gpipe_and_1f1b_bubble_is_p_minus_1_over_m(kind, p, m):
     assert t.makespan == (m + p - 1) * 3
 
 
-@pytest.mark.parametrize("p, m, v", [(p, m, v) for p in (2, 4, 8) for m in (8, 16, 32) for v in (2, 3, 4)
-                                     if m % p == 0])
+@pytest.mark.parametrize(
+    "p, m, v", [(p, m, v) for p in (2, 4, 8) for m in (8, 16, 32) for v in (2, 3, 4) if m % p == 0]
+)
 def test_interleaved_bubble_is_divided_by_v(p, m, v):
     t = S.simulate("interleaved", p, m, v)
     assert t.bubble == (p - 1) / (m * v) == pp.bubble_fraction(p, m, v)
@@ -53,7 +54,7 @@ def test_zb_h1_matches_table_2(kind, p, m, times):
     f, b, w = times
     t = S.simulate(kind, p, m, f=f, b=b, w=w)
     assert t.bubble == float(Fraction(p - 1) * Fraction(f + b - w) / (m * Fraction(f + b + w)))
-    assert t.peak_activations == (p,) * p                      # as 1F1B's first stage
+    assert t.peak_activations == (p,) * p  # as 1F1B's first stage
 
 
 @pytest.mark.parametrize("p, m", [(p, m) for p in PS for m in MS if m >= p])
@@ -75,12 +76,12 @@ def test_zb_h2_zero_bubble_with_2p_minus_1_in_flight(p, m):
 def test_dualpipe_matches_deepseek_table_2(p, m, times):
     f, b, w = times
     t = S.simulate("dualpipe", p, m, f=f, b=b, w=w)
-    fb, B, W = f + b + w, b + w, w                           # F&B read as F + B; Table 2's B is the full backward
+    fb, B, W = f + b + w, b + w, w  # F&B read as F + B; Table 2's B is the full backward
     expected = (Fraction(p, 2) - 1) * Fraction(fb + B - 3 * W) / (m * Fraction(f + b + w))
     assert t.bubble == float(expected)
     assert t.bubble == S.formula_bubble("dualpipe", p, m, f=f, b=b, w=w)
-    assert t.peak_activations == (p + 1,) * p                # PP + 1
-    assert t.chunks_per_device == 2                           # 2x parameters
+    assert t.peak_activations == (p + 1,) * p  # PP + 1
+    assert t.chunks_per_device == 2  # 2x parameters
     one_f_one_b = S.simulate("1f1b", p, m, f=f, b=b, w=w)
     assert t.bubble < one_f_one_b.bubble
 
@@ -104,19 +105,20 @@ def test_dualpipe_with_unequal_forward_and_backward(times):
 
 
 @pytest.mark.parametrize("times", [(1, 1, 1), (2, 2, 1), (1, 1, 0.5), (3, 3, 2), (1, 1, 0)])
-@pytest.mark.parametrize("p, m", [(p, m) for p in (1, 2, 3, 4, 5, 8) for m in (2 * p, 2 * p + 1, 3 * p, 24)
-                                  if m >= 2 * p])
+@pytest.mark.parametrize(
+    "p, m", [(p, m) for p in (1, 2, 3, 4, 5, 8) for m in (2 * p, 2 * p + 1, 3 * p, 24) if m >= 2 * p]
+)
 def test_dualpipev_matches_the_readme_table(p, m, times):
     f, b, w = times
     t = S.simulate("dualpipev", p, m, f=f, b=b, w=w)
     PP = 2 * p
     F, B, W = Fraction(f) / 2, Fraction(b + w) / 2, Fraction(w) / 2
-    FB = F + B                                               # the overlapped pair computes both
+    FB = F + B  # the overlapped pair computes both
     idle = (Fraction(PP, 2) - 1) * (FB + B - 3 * W)
     assert t.bubble == float(idle / (m * Fraction(f + b + w))) == S.formula_bubble("dualpipev", p, m, f=f, b=b, w=w)
     assert max(t.idle) == float(idle)
-    assert t.peak_activations == (PP + 1,) * p               # "Activation Per Device: PP + 1" (chunks)
-    assert t.peak_stages == (p + 0.5,) * p                    # in stages of 1/p: half a stage more than 1F1B
+    assert t.peak_activations == (PP + 1,) * p  # "Activation Per Device: PP + 1" (chunks)
+    assert t.peak_stages == (p + 0.5,) * p  # in stages of 1/p: half a stage more than 1F1B
     assert (t.model_stages, t.chunks_per_device, t.parameter_copies) == (PP, 2, 1)
 
 
@@ -127,15 +129,25 @@ def test_dualpipev_known_values():
     # then step 4 starts with the un-overlapped F0, B1 on the last rank
     ops = S.orders("dualpipev", 4, 10)
     assert [(o.kind, o.micro_batch, o.chunk) for o in ops[3][:10]] == [
-        ("F", 0, 0), ("F", 0, 1), ("F", 1, 0), ("F", 1, 1), ("F", 2, 0), ("F", 2, 1), ("F", 3, 0), ("F", 3, 1),
-        ("F", 4, 0), ("BW", 0, 1)]
+        ("F", 0, 0),
+        ("F", 0, 1),
+        ("F", 1, 0),
+        ("F", 1, 1),
+        ("F", 2, 0),
+        ("F", 2, 1),
+        ("F", 3, 0),
+        ("F", 3, 1),
+        ("F", 4, 0),
+        ("BW", 0, 1),
+    ]
     # device 0 first runs (p − 1) × 2 = 6 forwards of chunk 0
     assert [o.kind + str(o.chunk) for o in ops[0][:8]] == ["F0"] * 7 + ["F1"]
-    for d, dev in enumerate(ops):                                # each device: m forwards and backwards per chunk
+    for d, dev in enumerate(ops):  # each device: m forwards and backwards per chunk
         for c in (0, 1):
             fwd = [o.micro_batch for o in dev if o.kind in ("F", "F&B") and o.chunk == c]
-            bwd = [o.micro_batch for o in dev if o.kind in ("B", "BW") and o.chunk == c] + \
-                  [o.bw_micro_batch for o in dev if o.kind == "F&B" and o.bw_chunk == c]
+            bwd = [o.micro_batch for o in dev if o.kind in ("B", "BW") and o.chunk == c] + [
+                o.bw_micro_batch for o in dev if o.kind == "F&B" and o.bw_chunk == c and o.bw_micro_batch is not None
+            ]
             assert sorted(fwd) == sorted(bwd) == list(range(10)), (d, c)
 
 
@@ -191,13 +203,20 @@ def _runs(kind, p, m, v):
     return True
 
 
-@pytest.mark.parametrize("kind, p, m", [(k, p, m) for k in S.KINDS for p, m in ((4, 8), (3, 9), (2, 5), (3, 6))
-                                        if _runs(k, p, m, 2 if k == "interleaved" else 1)])
+@pytest.mark.parametrize(
+    "kind, p, m",
+    [
+        (k, p, m)
+        for k in S.KINDS
+        for p, m in ((4, 8), (3, 9), (2, 5), (3, 6))
+        if _runs(k, p, m, 2 if k == "interleaved" else 1)
+    ],
+)
 def test_timeline_respects_dependencies_and_devices(kind, p, m):
     v = 2 if kind == "interleaved" else 1
     t = S.simulate(kind, p, m, v, f=1, b=2, w=1)
     n_pos = {"interleaved": p * v, "dualpipev": 2 * p}.get(kind, p)
-    done = {}
+    done: dict[tuple[str, int | None, int], float] = {}
     for e in sorted(t.events, key=lambda e: e.start):
         pos = _path_position(kind, p, e.stage, e.chunk)
         if e.kind in ("F", "F&B"):
@@ -224,21 +243,24 @@ def test_timeline_respects_dependencies_and_devices(kind, p, m):
     assert t.model_stages == n_pos and t.events == tuple(e for s in range(p) for e in t.stage_events(s))
 
 
-@pytest.mark.parametrize("kind, p, m, v, words", [
-    ("interleaved", 4, 6, 2, ["pp=4", "micro_batches=6"]),
-    ("interleaved", 8, 4, 2, ["micro_batches=4", "pp=8"]),
-    ("zb-h1", 8, 4, 1, ["micro_batches=4", "pp=8"]),
-    ("zb-h2", 4, 3, 1, ["micro_batches=3", "pp=4"]),
-    ("dualpipe", 5, 10, 1, ["pp=5", "odd"]),
-    ("dualpipe", 4, 9, 1, ["micro_batches=9", "odd"]),
-    ("dualpipe", 8, 8, 1, ["micro_batches=8", "2 × pp = 16"]),
-    ("dualpipev", 4, 7, 1, ["micro_batches=7", "2 × pp = 8", "DualPipeV", "num_chunks >= num_ranks * 2"]),
-    ("dualpipev", 4, 8, 2, ["virtual_stages=2", "dualpipev", "two chunks"]),
-    ("1f1b", 4, 8, 2, ["virtual_stages=2", "1f1b"]),
-    ("1f1b", 0, 8, 1, ["pp=0"]),
-    ("gpipe", 4, 0, 1, ["micro_batches=0"]),
-    ("pipedream", 4, 8, 1, ["kind='pipedream'"]),
-])
+@pytest.mark.parametrize(
+    "kind, p, m, v, words",
+    [
+        ("interleaved", 4, 6, 2, ["pp=4", "micro_batches=6"]),
+        ("interleaved", 8, 4, 2, ["micro_batches=4", "pp=8"]),
+        ("zb-h1", 8, 4, 1, ["micro_batches=4", "pp=8"]),
+        ("zb-h2", 4, 3, 1, ["micro_batches=3", "pp=4"]),
+        ("dualpipe", 5, 10, 1, ["pp=5", "odd"]),
+        ("dualpipe", 4, 9, 1, ["micro_batches=9", "odd"]),
+        ("dualpipe", 8, 8, 1, ["micro_batches=8", "2 × pp = 16"]),
+        ("dualpipev", 4, 7, 1, ["micro_batches=7", "2 × pp = 8", "DualPipeV", "num_chunks >= num_ranks * 2"]),
+        ("dualpipev", 4, 8, 2, ["virtual_stages=2", "dualpipev", "two chunks"]),
+        ("1f1b", 4, 8, 2, ["virtual_stages=2", "1f1b"]),
+        ("1f1b", 0, 8, 1, ["pp=0"]),
+        ("gpipe", 4, 0, 1, ["micro_batches=0"]),
+        ("pipedream", 4, 8, 1, ["kind='pipedream'"]),
+    ],
+)
 def test_bad_input_names_the_factor(kind, p, m, v, words):
     with pytest.raises(ValueError) as err:
         S.simulate(kind, p, m, v)
@@ -246,15 +268,18 @@ def test_bad_input_names_the_factor(kind, p, m, v, words):
         assert word in str(err.value)
 
 
-@pytest.mark.parametrize("times, words", [
-    ({"f": -1}, ["f=-1"]),
-    ({"w": float("nan")}, ["w=nan"]),
-    ({"b": float("inf")}, ["b=inf"]),
-    ({"f": "1"}, ["f='1'"]),
-    ({"f": True}, ["f=True"]),
-    ({"f": 0, "b": 0, "w": 0}, ["f + b + w = 0"]),
-    ({"f": 0.0, "b": 0.0, "w": 0.0}, ["f + b + w = 0"]),
-])
+@pytest.mark.parametrize(
+    "times, words",
+    [
+        ({"f": -1}, ["f=-1"]),
+        ({"w": float("nan")}, ["w=nan"]),
+        ({"b": float("inf")}, ["b=inf"]),
+        ({"f": "1"}, ["f='1'"]),
+        ({"f": True}, ["f=True"]),
+        ({"f": 0, "b": 0, "w": 0}, ["f + b + w = 0"]),
+        ({"f": 0.0, "b": 0.0, "w": 0.0}, ["f + b + w = 0"]),
+    ],
+)
 def test_bad_times_are_refused_by_the_simulator_and_the_formula(times, words):
     for kind in S.KINDS:
         p, m, v = 4, 8, 2 if kind == "interleaved" else 1
@@ -321,14 +346,14 @@ def test_the_issue_10_sizes_are_answered_at_once():
     assert S.formula_bubble("gpipe", 3000, 3000) == 2999 / 3000
     with pytest.raises(ValueError, match=r"virtual_stages = about 10\^401 is more .*virtual_stages=about 10\^400\)"):
         S.simulate("interleaved", 4, 8, 10**400)
-    assert S.formula_bubble("interleaved", 4, 8, 10**400) == 0.0          # (p−1)/(m·v) underflows to 0
+    assert S.formula_bubble("interleaved", 4, 8, 10**400) == 0.0  # (p−1)/(m·v) underflows to 0
     with pytest.raises(ValueError, match=r"virtual_stages=about 10\^400 needs the interleaved schedule"):
         S.simulate("1f1b", 4, 8, 10**400)
     assert S.formula_bubble("1f1b", 10**400, 10**401) == 0.1
     with pytest.raises(ValueError, match=r"the bubble \(p−1\)/m = about 10\^399 is too large for a float"):
         S.formula_bubble("gpipe", 10**400 + 1, 10)
     with pytest.raises(ValueError, match=r"pp=-about 10\^5000 must be a positive integer"):
-        S.simulate("gpipe", -10**5000, 8)
+        S.simulate("gpipe", -(10**5000), 8)
 
 
 # ---------------------------------------------------------------------------------------------- replay
@@ -338,11 +363,14 @@ def _as_actions(kind, p, m, v):
     """``orders`` written as explicit actions with model stage indices (what torch's pipeline_order holds)."""
     out = {}
     for d, ops in enumerate(S.orders(kind, p, m, v)):
-        row = []
+        row: list[tuple] = []
         for o in ops:
             stage = S.position(kind, p, d, o.chunk)
-            row.append((o.kind, stage, o.micro_batch) if o.kind != "F&B" else
-                       (o.kind, stage, o.micro_batch, S.position(kind, p, d, o.bw_chunk), o.bw_micro_batch))
+            if o.kind != "F&B":
+                row.append((o.kind, stage, o.micro_batch))
+            else:
+                assert o.bw_chunk is not None
+                row.append((o.kind, stage, o.micro_batch, S.position(kind, p, d, o.bw_chunk), o.bw_micro_batch))
         out[d] = row
     return out
 
@@ -354,22 +382,33 @@ def test_replay_of_an_explicit_order_reproduces_the_simulation(kind):
     c = {"interleaved": v, "dualpipev": 2}.get(kind, 1)
     r = S.replay(_as_actions(kind, p, m, v), f=Fraction(1, c), b=Fraction(2, c), w=Fraction(1, c))
     assert (r.kind, r.pp, r.micro_batches, r.model_stages) == ("replay", p, m, t.model_stages)
-    assert (r.bubble, r.sync_bubble, r.makespan, r.idle, r.peak_activations) == \
-        (t.bubble, t.sync_bubble, t.makespan, t.idle, t.peak_activations)
+    assert (r.bubble, r.sync_bubble, r.makespan, r.idle, r.peak_activations) == (
+        t.bubble,
+        t.sync_bubble,
+        t.makespan,
+        t.idle,
+        t.peak_activations,
+    )
     assert [(e.start, e.end) for e in r.events] == [(e.start, e.end) for e in t.events]
 
 
-@pytest.mark.parametrize("order, words", [
-    ({0: [("B", 0, 0), ("F", 0, 0)]}, ["deadlock", "device"]),
-    ({0: [("F", 0, 0), ("BW", 0, 0)], 1: [("F", 1, 0)]}, ["deadlock", "('BW', 0, 0"]),
-    ({0: [("F", 0, 0), ("F", 1, 0), ("BW", 1, 0), ("BW", 0, 0)], 1: [("F", 2, 0), ("BW", 2, 0)]}, ["unequally loaded"]),
-    ({0: [("F", 0, 0), ("F", 0, 0), ("BW", 0, 0)]}, ["already ran"]),
-    ({0: [("X", 0, 0)]}, ["kind='X'"]),
-    ({0: [("F", -1, 0)]}, ["non-negative"]),
-    ({0: [("F", 0)]}, ["(kind, stage, micro_batch"]),
-    ({1: [("F", 0, 0)]}, ["numbered 0"]),
-    ({0: []}, ["empty"]),
-])
+@pytest.mark.parametrize(
+    "order, words",
+    [
+        ({0: [("B", 0, 0), ("F", 0, 0)]}, ["deadlock", "device"]),
+        ({0: [("F", 0, 0), ("BW", 0, 0)], 1: [("F", 1, 0)]}, ["deadlock", "('BW', 0, 0"]),
+        (
+            {0: [("F", 0, 0), ("F", 1, 0), ("BW", 1, 0), ("BW", 0, 0)], 1: [("F", 2, 0), ("BW", 2, 0)]},
+            ["unequally loaded"],
+        ),
+        ({0: [("F", 0, 0), ("F", 0, 0), ("BW", 0, 0)]}, ["already ran"]),
+        ({0: [("X", 0, 0)]}, ["kind='X'"]),
+        ({0: [("F", -1, 0)]}, ["non-negative"]),
+        ({0: [("F", 0)]}, ["(kind, stage, micro_batch"]),
+        ({1: [("F", 0, 0)]}, ["numbered 0"]),
+        ({0: []}, ["empty"]),
+    ],
+)
 def test_replay_refuses_bad_orders(order, words):
     with pytest.raises(ValueError) as err:
         S.replay(order)
@@ -424,9 +463,16 @@ CLI_BAD = {
 
 @pytest.fixture(scope="module")
 def cli_results():
-    procs = {name: subprocess.Popen([sys.executable, "-m", "meshplan", "schedule", *argv.split()], cwd=REPO,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, argv in {**CLI_OK, **{k: v[0] for k, v in CLI_BAD.items()}}.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "meshplan", "schedule", *argv.split()],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, argv in {**CLI_OK, **{k: v[0] for k, v in CLI_BAD.items()}}.items()
+    }
     return {name: (p.wait(timeout=60), *p.communicate()) for name, p in procs.items()}
 
 
@@ -437,11 +483,14 @@ def test_cli_json_contract(cli_results):
         assert rc == 0 and err == ""
         assert out.count("\n") == 1
         obj = json.loads(out)
-        assert list(obj)[:len(keys)] == keys
+        assert list(obj)[: len(keys)] == keys
         argv = CLI_OK[name].split()
         t = S.simulate(obj["kind"], obj["pp"], obj["micro_batches"], obj["virtual_stages"])
-        assert (obj["bubble"], obj["makespan"], obj["peak_activations"]) == (t.bubble, t.makespan,
-                                                                            list(t.peak_activations))
+        assert (obj["bubble"], obj["makespan"], obj["peak_activations"]) == (
+            t.bubble,
+            t.makespan,
+            list(t.peak_activations),
+        )
         assert obj["kind"] == argv[argv.index("--kind") + 1]
     one = json.loads(cli_results["1f1b"][1])
     assert (one["pp"], one["micro_batches"], one["virtual_stages"], one["bubble"]) == (8, 32, 1, 0.21875)
@@ -450,8 +499,13 @@ def test_cli_json_contract(cli_results):
     assert json.loads(cli_results["dualpipe"][1])["peak_activations"] == [9] * 8
     assert json.loads(cli_results["zb-h2"][1])["bubble"] == 0.0
     v = json.loads(cli_results["dualpipev"][1])
-    assert (v["bubble"], v["peak_activations"], v["chunks_per_device"], v["parameter_copies"], v["model_stages"]) == \
-        (0.1, [9] * 4, 2, 1, 8)
+    assert (v["bubble"], v["peak_activations"], v["chunks_per_device"], v["parameter_copies"], v["model_stages"]) == (
+        0.1,
+        [9] * 4,
+        2,
+        1,
+        8,
+    )
 
 
 def test_cli_text_timeline(cli_results):

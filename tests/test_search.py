@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ H100 = "h100-sxm-80gb"
 def test_tied_ranks():
     assert tied_ranks([9.14, 9.20, 9.60, 9.70, 12.0], 0.03) == [1, 1, 3, 3, 5]
     assert tied_ranks([9.14, 9.20, 9.60], 0.0) == [1, 2, 3]
-    assert tied_ranks([1.0, 1.02, 1.04, 1.06], 0.03) == [1, 1, 3, 3]    # the group's first plan sets the band
+    assert tied_ranks([1.0, 1.02, 1.04, 1.06], 0.03) == [1, 1, 3, 3]  # the group's first plan sets the band
     assert tied_ranks([], 0.03) == []
     with pytest.raises(ValueError, match="sorted"):
         tied_ranks([2.0, 1.0], 0.03)
@@ -35,8 +36,16 @@ def test_tied_ranks():
 def llama16k():
     """16,384 H100s, s = 8,192, 2,048 sequences: Llama 3's second Table 4 row, as FSDP runs it (ZeRO-3, which with
     pipeline parallelism syncs once per step), micro-batch size 1 (Llama 3 feeds one sequence at a time)."""
-    return search("llama-3.1-405b", gpus=16384, seq=8192, global_batch=2048, hardware=H100, accounting="fsdp2",
-                  zero_stages=(3,), micro_batch_sizes=(1,))
+    return search(
+        "llama-3.1-405b",
+        gpus=16384,
+        seq=8192,
+        global_batch=2048,
+        hardware=H100,
+        accounting="fsdp2",
+        zero_stages=(3,),
+        micro_batch_sizes=(1,),
+    )
 
 
 def test_llama3_16k_published_shape_is_in_the_top_10(llama16k):
@@ -62,11 +71,20 @@ def test_llama3_16k_published_shape_is_in_the_top_10(llama16k):
 
 
 def test_llama3_8k_gpus_published_shape_is_in_the_top_10():
-    r = search("llama-3.1-405b", gpus=8192, seq=8192, global_batch=2048, hardware=H100, accounting="fsdp2",
-               zero_stages=(3,), micro_batch_sizes=(1,))
-    shape = {"tp": 8, "cp": 1, "pp": 16, "dp": 64}
+    r = search(
+        "llama-3.1-405b",
+        gpus=8192,
+        seq=8192,
+        global_batch=2048,
+        hardware=H100,
+        accounting="fsdp2",
+        zero_stages=(3,),
+        micro_batch_sizes=(1,),
+    )
+    shape: dict[str, Any] = {"tp": 8, "cp": 1, "pp": 16, "dp": 64}
     assert r.shape_rank_of(**shape) == 7 and r.shape_rank_of(ties=True, **shape) == 5
-    assert f"{100 * r.rank_of(**shape)[1].mfu():.1f}" == "35.2"
+    hit = r.rank_of(**shape)
+    assert hit is not None and f"{100 * hit[1].mfu():.1f}" == "35.2"
 
 
 def test_kept_plans_are_valid_sorted_distinct_and_reproducible(llama16k):
@@ -88,15 +106,23 @@ def test_format_shows_ties_and_says_why(llama16k):
     assert "plans within 3 % of a faster plan's step time share its rank" in text
     assert "ledger fsdp2; attention flash, TP overlap none, DP overlap on, pipeline 1f1b" in text
     lines = text.splitlines()
-    rows = lines[lines.index(next(x for x in lines if x.lstrip().startswith("#"))) + 1:][:12]
+    rows = lines[lines.index(next(x for x in lines if x.lstrip().startswith("#"))) + 1 :][:12]
     assert [int(x.split()[0]) for x in rows] == llama16k.tied_ranks()[:12] == [1, 1, 3, 3, 3, 3, 3, 8, 8, 8, 11, 12]
     assert rows[0].split()[1:3] == ["TP", "8"] and "44.2 %" in rows[0]
 
 
 # ---------------------------------------------------------------- the engines' refusals
 def test_deepspeed_refuses_zero2_and_zero3_with_pipeline_parallelism():
-    r = search("llama-3.1-70b", gpus=64, seq=8192, global_batch=64, hardware=H100, accounting="deepspeed",
-               micro_batch_sizes=(1,), virtual_stages=(1,))
+    r = search(
+        "llama-3.1-70b",
+        gpus=64,
+        seq=8192,
+        global_batch=64,
+        hardware=H100,
+        accounting="deepspeed",
+        micro_batch_sizes=(1,),
+        virtual_stages=(1,),
+    )
     assert r.ranked and not [c for c in r.ranked if c.plan.pp > 1 and c.plan.zero >= 2]
     refused = [x for x in r.rejected if x.constraint == "plan" and "ZeRO-2 and ZeRO-3 are incompatible" in x.message]
     assert refused and all(x.settings["pp"] > 1 and x.settings["zero"] >= 2 for x in refused)
@@ -107,23 +133,46 @@ def test_deepspeed_refuses_zero2_and_zero3_with_pipeline_parallelism():
 
 # ---------------------------------------------------------------- DeepSeek-V3 (EP over IB, hidden by DualPipe)
 def test_deepseek_v3_published_plan_needs_dualpipe():
-    kw = {"gpus": 2048, "seq": 4096, "global_batch": 15360, "hardware": "h800-sxm-80gb", "accounting": "megatron",
-          "zero_stages": (1,), "recompute": ("selective", "full"), "micro_batch_sizes": (1,), "virtual_stages": (1,)}
+    kw: dict[str, Any] = {
+        "gpus": 2048,
+        "seq": 4096,
+        "global_batch": 15360,
+        "hardware": "h800-sxm-80gb",
+        "accounting": "megatron",
+        "zero_stages": (1,),
+        "recompute": ("selective", "full"),
+        "micro_batch_sizes": (1,),
+        "virtual_stages": (1,),
+    }
     one = search("deepseek-v3", **kw)
     two = search("deepseek-v3", execution=Execution(tp_overlap="backward", pipeline="dualpipe"), **kw)
-    pub = {"tp": 1, "pp": 16, "ep": 64}
+    pub: dict[str, Any] = {"tp": 1, "pp": 16, "ep": 64}
     assert (one.shape_rank_of(**pub), two.shape_rank_of(**pub), len(two.shapes())) == (92, 38, 116)
-    p1, p2 = one.rank_of(**pub)[1], two.rank_of(**pub)[1]
+    hit1, hit2 = one.rank_of(**pub), two.rank_of(**pub)
+    assert hit1 is not None and hit2 is not None
+    p1, p2 = hit1[1], hit2[1]
     assert p1.label() == p2.label() == "PP 16 × DP 128 (EP 64) · ZeRO-1 · full · b 1 · m 120 · v 1"
     # 1F1B exposes every all-to-all over IB; DualPipe hides what the compute covers, and the pipeline sends
-    assert [f"{x:.2f}" for x in (p1.step.ep_s, p2.step.ep_s, p1.step.total_s, p2.step.total_s)] == \
-        ["35.86", "16.71", "62.45", "36.69"]
+    assert [f"{x:.2f}" for x in (p1.step.ep_s, p2.step.ep_s, p1.step.total_s, p2.step.total_s)] == [
+        "35.86",
+        "16.71",
+        "62.45",
+        "36.69",
+    ]
     assert p2.step.pp_s == 0.0 and p1.step.pp_s > 0
 
 
 def test_moe_search_enumerates_expert_parallel():
-    r = search("deepseek-v3", gpus=2048, seq=4096, global_batch=15360, zero_stages=(1,), recompute=("full",),
-               micro_batch_sizes=(1,), virtual_stages=(1,))
+    r = search(
+        "deepseek-v3",
+        gpus=2048,
+        seq=4096,
+        global_batch=15360,
+        zero_stages=(1,),
+        recompute=("full",),
+        micro_batch_sizes=(1,),
+        virtual_stages=(1,),
+    )
     assert {c.plan.ep for c in r.ranked} > {1}
 
 
@@ -136,14 +185,21 @@ def test_search_validation():
     with pytest.raises(ValueError, match=r"band=1\.5 must be a fraction"):
         search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8, band=1.5)
     with pytest.raises(ValueError, match=r"execution='dualpipe' must be a steptime\.Execution"):
-        search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8, execution="dualpipe")
+        search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8, execution="dualpipe")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="zero=1: FSDP2 has no ZeRO-1"):
         Plan.create("qwen3.8-27b", gpus=8, dp=8, zero=1, accounting="fsdp2")
 
 
 def test_each_rejection_names_its_first_failing_constraint():
-    r = search("llama-3.1-405b", gpus=16384, seq=8192, global_batch=2048, zero_stages=(1,), micro_batch_sizes=(1,),
-               recompute=("full",))
+    r = search(
+        "llama-3.1-405b",
+        gpus=16384,
+        seq=8192,
+        global_batch=2048,
+        zero_stages=(1,),
+        micro_batch_sizes=(1,),
+        recompute=("full",),
+    )
     ex = r.rejection_examples()
     assert ex["tp inside a node"].message == "tp=16 > 8 GPUs per node: a TP group would cross nodes"
     assert ex["cp chunk"].message == "cp=4 leaves 2,048 tokens per CP rank, fewer than 4,096"
@@ -153,10 +209,21 @@ def test_each_rejection_names_its_first_failing_constraint():
         if x.constraint == "plan":
             s = x.settings
             with pytest.raises(ValueError) as err:
-                Plan.create(r.model, gpus=16384, tp=s["tp"], cp=s["cp"], pp=s["pp"], dp=s["dp"], zero=s["zero"],
-                            recompute=s["recompute"], seq=8192, micro_batch_size=s["micro_batch_size"],
-                            micro_batches=2048 // (s["dp"] * s["micro_batch_size"]), virtual_stages=s["virtual_stages"],
-                            layers_per_stage=None if 126 % s["pp"] == 0 else spread_layers(126, s["pp"]))
+                Plan.create(
+                    r.model,
+                    gpus=16384,
+                    tp=s["tp"],
+                    cp=s["cp"],
+                    pp=s["pp"],
+                    dp=s["dp"],
+                    zero=s["zero"],
+                    recompute=s["recompute"],
+                    seq=8192,
+                    micro_batch_size=s["micro_batch_size"],
+                    micro_batches=2048 // (s["dp"] * s["micro_batch_size"]),
+                    virtual_stages=s["virtual_stages"],
+                    layers_per_stage=None if 126 % s["pp"] == 0 else spread_layers(126, s["pp"]),
+                )
             assert str(err.value) == x.message
 
 
@@ -165,13 +232,39 @@ def _cli(*args):
 
 
 def test_cli_search_json_and_table():
-    out = _cli("search", "--model", "qwen3.8-27b", "--gpus", "8", "--seq", "4096", "--global-batch", "8",
-               "--top", "3", "--json")
+    out = _cli(
+        "search",
+        "--model",
+        "qwen3.8-27b",
+        "--gpus",
+        "8",
+        "--seq",
+        "4096",
+        "--global-batch",
+        "8",
+        "--top",
+        "3",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     plans = json.loads(out.stdout)
     assert len(plans) == 3 and [p["rank"] for p in plans] == [1, 2, 3]
-    for key in ["model", "params", "gpus", "mesh", "memory_bytes", "fits", "comm_bytes_per_step", "link", "bubble",
-                "step_time_s", "step_time_terms_s", "tokens_per_step", "mfu", "hfu"]:
+    for key in [
+        "model",
+        "params",
+        "gpus",
+        "mesh",
+        "memory_bytes",
+        "fits",
+        "comm_bytes_per_step",
+        "link",
+        "bubble",
+        "step_time_s",
+        "step_time_terms_s",
+        "tokens_per_step",
+        "mfu",
+        "hfu",
+    ]:
         assert key in plans[0]
     assert plans[0]["step_time_s"] == pytest.approx(sum(plans[0]["step_time_terms_s"].values()))
     best = search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8).ranked[0]

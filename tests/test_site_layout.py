@@ -70,7 +70,7 @@ def _toc_pages() -> list[str]:
 
 def _has_math(relpath: str) -> bool:
     body = (SITE / relpath).read_text(encoding="utf-8")
-    article = body[body.find("<article"):body.rfind("</article>")]
+    article = body[body.find("<article") : body.rfind("</article>")]
     return any(marker in article for marker in MATH_MARKERS)
 
 
@@ -101,7 +101,11 @@ class Visit:
         self.blocked: list[str] = []
         self.loaded: list[str] = []
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
-        self.page.on("console", lambda msg: msg.type == "error" and self.console_errors.append(msg.text))
+        self.page.on("console", self._on_console)
+
+    def _on_console(self, msg) -> None:
+        if msg.type == "error":
+            self.console_errors.append(msg.text)
 
     def open(self, relpath: str, query: str = "") -> None:
         """Go to a page of the site and wait for site.js (and MathJax, where the page has math) to finish."""

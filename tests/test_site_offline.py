@@ -24,21 +24,46 @@ MATHJAX_CONFIG = re.compile(r"<script>window\.MathJax = (\{.*?\})</script>")
 
 # <link rel=...> values that do not make the browser fetch anything.
 NON_LOADING_RELS = {
-    "canonical", "alternate", "author", "license", "help", "next", "prev",
-    "search", "index", "bookmark", "external", "nofollow", "noopener", "noreferrer",
+    "canonical",
+    "alternate",
+    "author",
+    "license",
+    "help",
+    "next",
+    "prev",
+    "search",
+    "index",
+    "bookmark",
+    "external",
+    "nofollow",
+    "noopener",
+    "noreferrer",
 }
 # (tag, attribute) pairs whose URL the browser loads.
 LOADING_ATTRS = {
-    ("script", "src"), ("img", "src"), ("img", "srcset"), ("source", "src"),
-    ("source", "srcset"), ("video", "src"), ("video", "poster"), ("audio", "src"),
-    ("track", "src"), ("iframe", "src"), ("frame", "src"), ("embed", "src"),
-    ("object", "data"), ("input", "src"), ("image", "href"), ("image", "xlink:href"),
-    ("use", "href"), ("use", "xlink:href"), ("feimage", "href"), ("feimage", "xlink:href"),
+    ("script", "src"),
+    ("img", "src"),
+    ("img", "srcset"),
+    ("source", "src"),
+    ("source", "srcset"),
+    ("video", "src"),
+    ("video", "poster"),
+    ("audio", "src"),
+    ("track", "src"),
+    ("iframe", "src"),
+    ("frame", "src"),
+    ("embed", "src"),
+    ("object", "data"),
+    ("input", "src"),
+    ("image", "href"),
+    ("image", "xlink:href"),
+    ("use", "href"),
+    ("use", "xlink:href"),
+    ("feimage", "href"),
+    ("feimage", "xlink:href"),
 }
 EXTERNAL = re.compile(r"^\s*(?:https?:)?//", re.IGNORECASE)
-CSS_EXTERNAL = re.compile(
-    r"""(?:url\(\s*['"]?|@import\s+['"])\s*((?:https?:)?//[^'")\s]+)""", re.IGNORECASE
-)
+CSS_EXTERNAL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])\s*((?:https?:)?//[^'")\s]+)""", re.IGNORECASE)
 
 
 def _urls(tag: str, attr: str, value: str) -> list[str]:

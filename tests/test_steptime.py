@@ -45,11 +45,11 @@ DENSE = Execution(attention="dense")
 
 # ---------------------------------------------------------------- compute: attention FLOP
 def test_attention_flop_of_a_gpt3_layer_by_hand():
-    layer = LayerSpec(num_heads=96, num_kv_heads=96, head_dim=128, v_head_dim=128)     # a·d = h = 12,288
+    layer = LayerSpec(num_heads=96, num_kv_heads=96, head_dim=128, v_head_dim=128)  # a·d = h = 12,288
     s = 2048
     # QKᵀ: 2·s²·a·d, A·V: 2·s²·a·d -> 4·s²·h (Narayanan Eq. 3's per-layer attention term, forward)
     assert compute.attention_forward_flop(layer, s, causal=False) == 4 * s * s * 12288 == 206_158_430_208
-    assert compute.attention_forward_flop(layer, s) == 103_079_215_104                  # causal: half the pairs
+    assert compute.attention_forward_flop(layer, s) == 103_079_215_104  # causal: half the pairs
 
 
 def test_attention_pairs_conventions():
@@ -58,10 +58,10 @@ def test_attention_pairs_conventions():
     # a 4,096-token window on an 8,192-token sequence: s·w unmasked, s·w − w²/2 with causal skipping
     assert compute.attention_pairs(8192, 4096, causal=False) == 33_554_432
     assert compute.attention_pairs(8192, 4096) == 25_165_824
-    assert compute.attention_pairs(1024, 4096) == compute.attention_pairs(1024)          # window ≥ s: plain causal
+    assert compute.attention_pairs(1024, 4096) == compute.attention_pairs(1024)  # window ≥ s: plain causal
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="seq="):
-            compute.attention_pairs(bad)
+            compute.attention_pairs(bad)  # type: ignore[arg-type]  # a bool and a float, on purpose
     with pytest.raises(ValueError, match="window=0"):
         compute.attention_pairs(8, 0)
 
@@ -72,8 +72,13 @@ def test_attention_flop_of_mla_window_and_linear_layers():
     window = LayerSpec(num_heads=16, num_kv_heads=8, head_dim=256, v_head_dim=256, sliding_window=4096)
     assert compute.attention_forward_flop(window, 8192) == 2 * 25_165_824 * 16 * 512
     # Gated DeltaNet: S·k, the rank-one update and S·q, 2·d_k·d_v each per value head and token, whatever s is
-    linear = LayerSpec(mixer="linear_attention", linear_num_key_heads=16, linear_num_value_heads=48,
-                       linear_key_head_dim=128, linear_value_head_dim=128)
+    linear = LayerSpec(
+        mixer="linear_attention",
+        linear_num_key_heads=16,
+        linear_num_value_heads=48,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+    )
     assert compute.attention_forward_flop(linear, 4096) == 4096 * 48 * 3 * 2 * 128 * 128 == 19_327_352_832
     assert compute.attention_forward_flop(linear, 8192) == 2 * compute.attention_forward_flop(linear, 4096)
 
@@ -93,19 +98,20 @@ def test_full_recompute_flop_is_narayanan_eq3_for_every_table1_gpt():
         m = model_from_config(cfg, r["model"]["name"])
         ours = compute.training_flop_per_sequence(m, r["seq"], "full", causal=False)
         eq3 = C.narayanan_eq3_flop(1, r["seq"], cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"])
-        assert ours / eq3 - 1 == pytest.approx(0, abs=4e-4), r["id"]       # Eq. 3 leaves out biases and norms
+        assert ours / eq3 - 1 == pytest.approx(0, abs=4e-4), r["id"]  # Eq. 3 leaves out biases and norms
 
 
 def test_recompute_flop():
-    m = load_model("qwen3.8-27b")                                         # 48 linear-attention + 16 full layers
+    m = load_model("qwen3.8-27b")  # 48 linear-attention + 16 full layers
     s = 4096
     assert compute.recompute_flop_per_sequence(m, s, "none") == 0
     softmax = sum(compute.attention_forward_flop(x, s) for x in m.layers if x.mixer == "attention")
     assert compute.recompute_flop_per_sequence(m, s, "selective") == softmax
     head = compute.head_params(m)
-    assert head == m.vocab_size * m.hidden_size + m.hidden_size                   # V·h (untied) + final RMSNorm
+    assert head == m.vocab_size * m.hidden_size + m.hidden_size  # V·h (untied) + final RMSNorm
     assert compute.recompute_flop_per_sequence(m, s, "full") == pytest.approx(
-        compute.forward_flop_per_sequence(m, s) - 2 * head * s, rel=1e-12)
+        compute.forward_flop_per_sequence(m, s) - 2 * head * s, rel=1e-12
+    )
     with pytest.raises(ValueError, match="recompute='some'"):
         compute.recompute_flop_per_sequence(m, s, "some")
 
@@ -122,7 +128,8 @@ def test_single_gpu_compute_and_optimizer_by_hand():
     # Adam reads every model-state byte (16 per parameter) and writes the optimizer's 12 again
     assert st.optimizer_s == pytest.approx(28 * m.params.total / HBM_A100, rel=1e-12)
     assert {k: v for k, v in st.terms().items() if k not in ("compute_s", "optimizer_s")} == dict.fromkeys(
-        ("tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s"), 0.0)
+        ("tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s"), 0.0
+    )
     assert list(st.terms()) == list(TERMS) and st.total_s == pytest.approx(sum(st.terms().values()))
 
 
@@ -143,10 +150,11 @@ def test_flash_attention_runs_half_the_pairs_at_its_documented_rate_and_recomput
     m = load_model("llama-3.1-8b")
     r = evaluate(Plan.create(m, gpus=1, seq=8192, micro_batches=1, hardware=A100))
     gemm = 6 * m.flop_params * 8192 / (0.5 * PEAK_A100)
-    attention = sum(compute.attention_forward_flop(x, 8192) for x in m.layers)      # causal: half the pairs
+    attention = sum(compute.attention_forward_flop(x, 8192) for x in m.layers)  # causal: half the pairs
     assert fit_data()["documented"]["flash_attention_utilisation"]["a100-sxm-80gb"]["value"] == 0.5
-    assert step_time(r, Execution(), NO_HBM).compute_s == pytest.approx(gemm + 3.5 * attention / (0.5 * PEAK_A100),
-                                                                        rel=1e-12)
+    assert step_time(r, Execution(), NO_HBM).compute_s == pytest.approx(
+        gemm + 3.5 * attention / (0.5 * PEAK_A100), rel=1e-12
+    )
 
 
 def test_tp_exposure_by_engine():
@@ -158,8 +166,18 @@ def test_tp_exposure_by_engine():
     mb = micro_batch(r, 0, Execution(tp_overlap="full"), NO_HBM)
     assert mb.tp_s == pytest.approx(max(0.0, 8 * unit * 80 - mb.gemm_s), abs=1e-12) and mb.tp_s == 0.0
     # full recompute runs the forward's collectives again; Megatron's SP re-gather adds 4 more, hidden by "backward"
-    full = evaluate(Plan.create("llama-3.1-70b", gpus=8, tp=8, seq=4096, micro_batches=1, hardware=A100,
-                                recompute="full", accounting="megatron"))
+    full = evaluate(
+        Plan.create(
+            "llama-3.1-70b",
+            gpus=8,
+            tp=8,
+            seq=4096,
+            micro_batches=1,
+            hardware=A100,
+            recompute="full",
+            accounting="megatron",
+        )
+    )
     assert step_time(full, Execution(tp_overlap="none"), NO_HBM).tp_s == pytest.approx(16 * unit * 80, rel=1e-12)
     assert step_time(full, Execution(tp_overlap="backward"), NO_HBM).tp_s == pytest.approx(10 * unit * 80, rel=1e-12)
     assert execution_for("megatron").tp_overlap == "backward" and execution_for("fsdp2").tp_overlap == "none"
@@ -170,13 +188,14 @@ def test_dp_sync_hides_under_the_last_backward_but_one_bucket():
     busy = r.grad_sync_bytes["dp"] / (NVLINK_A100 * 0.8) + 32 * collective_latency_s("all-reduce", 8, "nvlink")
     backward = micro_batch(r, 0, Execution(), NO_HBM).backward_s
     assert busy < backward
-    assert step_time(r, Execution(), NO_HBM).dp_exposed_s == pytest.approx(busy / 32, rel=1e-12)   # the last bucket
+    assert step_time(r, Execution(), NO_HBM).dp_exposed_s == pytest.approx(busy / 32, rel=1e-12)  # the last bucket
     assert step_time(r, Execution(dp_overlap=False), NO_HBM).dp_exposed_s == pytest.approx(busy, rel=1e-12)
 
 
 def test_zero3_gathers_every_micro_batch_under_each_forward_and_backward():
-    r = evaluate(Plan.create("llama-3.1-8b", gpus=8, dp=8, zero=3, seq=4096, micro_batches=4, hardware=A100,
-                             accounting="fsdp2"))
+    r = evaluate(
+        Plan.create("llama-3.1-8b", gpus=8, dp=8, zero=3, seq=4096, micro_batches=4, hardware=A100, accounting="fsdp2")
+    )
     total = r.grad_sync_bytes["dp"] / (NVLINK_A100 * 0.8)
     # fsdp2 ZeRO-3: bf16 gathers forward (2) and backward (2), fp32 reduce-scatter (4), each every micro-batch
     lat = 32 * collective_latency_s("all-gather", 8, "nvlink")
@@ -187,43 +206,69 @@ def test_zero3_gathers_every_micro_batch_under_each_forward_and_backward():
 
 
 def test_pipeline_bubble_sends_and_scatter_gather():
-    r = evaluate(Plan.create("llama-3.1-70b", gpus=32, tp=8, pp=4, seq=4096, micro_batches=8, virtual_stages=2,
-                             hardware=A100, sp=False))
+    r = evaluate(
+        Plan.create(
+            "llama-3.1-70b", gpus=32, tp=8, pp=4, seq=4096, micro_batches=8, virtual_stages=2, hardware=A100, sp=False
+        )
+    )
     ex = Execution(tp_overlap="backward")
     st = step_time(r, ex, NO_HBM)
-    sent = r.comm_bytes_per_step["pp"] / 8                                    # lab ledger: s·b·h per send, × 2v
+    sent = r.comm_bytes_per_step["pp"] / 8  # lab ledger: s·b·h per send, × 2v
     per_mb = sent / (25e9 * 0.8) + 4 * collective_latency_s("send", 2, "infiniband")
     assert st.pp_s == pytest.approx(8 * per_mb, rel=1e-12)
     slowest = max((micro_batch(r, k, ex, NO_HBM) for k in range(4)), key=lambda x: x.total_s)
-    assert st.bubble_s == pytest.approx(3 / 2 * (slowest.total_s + per_mb), rel=1e-12)    # (p−1)/v slots
+    assert st.bubble_s == pytest.approx(3 / 2 * (slowest.total_s + per_mb), rel=1e-12)  # (p−1)/v slots
     gathered = step_time(r, dataclasses.replace(ex, pp_scatter_gather=True), NO_HBM)
-    assert gathered.pp_s == pytest.approx(8 * (sent / 8 / (25e9 * 0.8) + 4 * collective_latency_s("send", 2,
-                                                                                                   "infiniband")))
+    assert gathered.pp_s == pytest.approx(
+        8 * (sent / 8 / (25e9 * 0.8) + 4 * collective_latency_s("send", 2, "infiniband"))
+    )
 
 
 def test_cp_ring_hides_under_attention_unless_all_gathered():
-    r = evaluate(Plan.create("llama-3.1-70b", gpus=32, tp=8, cp=4, seq=131072, micro_batches=1,
-                             hardware="h100-sxm-80gb", recompute="full"))
-    kv = 3 / 4 * 131072 * 256 * 2                   # K+V of one KV head of 128 per TP rank, (c−1)/c of the sequence
+    r = evaluate(
+        Plan.create(
+            "llama-3.1-70b",
+            gpus=32,
+            tp=8,
+            cp=4,
+            seq=131072,
+            micro_batches=1,
+            hardware="h100-sxm-80gb",
+            recompute="full",
+        )
+    )
+    kv = 3 / 4 * 131072 * 256 * 2  # K+V of one KV head of 128 per TP rank, (c−1)/c of the sequence
     per_pass = kv / (50e9 * 0.8) + 3 * collective_latency_s("send", 2, "infiniband")
-    passes = 4                                       # forward, backward twice (K/V and their gradients), recompute
+    passes = 4  # forward, backward twice (K/V and their gradients), recompute
     assert step_time(r, Execution(cp_overlap=False), NO_HBM).cp_s == pytest.approx(passes * 80 * per_pass, rel=1e-12)
-    assert step_time(r, Execution(), NO_HBM).cp_s == 0.0                 # 131K tokens: attention outlasts the ring
+    assert step_time(r, Execution(), NO_HBM).cp_s == 0.0  # 131K tokens: attention outlasts the ring
 
 
 def test_dualpipe_hides_the_all_to_all_behind_compute():
-    r = evaluate(Plan.create("deepseek-v3", gpus=2048, pp=16, ep=64, zero=1, seq=4096, micro_batches=120,
-                             uneven_stages=True, hardware="h800-sxm-80gb", recompute="selective"))
+    r = evaluate(
+        Plan.create(
+            "deepseek-v3",
+            gpus=2048,
+            pp=16,
+            ep=64,
+            zero=1,
+            seq=4096,
+            micro_batches=120,
+            uneven_stages=True,
+            hardware="h800-sxm-80gb",
+            recompute="selective",
+        )
+    )
     one = step_time(r, Execution())
     two = step_time(r, Execution(pipeline="dualpipe"))
     k = max(range(16), key=lambda i: micro_batch(r, i, Execution()).total_s)
     mb = micro_batch(r, k, Execution())
     assert one.ep_s == pytest.approx(120 * mb.ep_s)
     assert two.ep_s == pytest.approx(120 * max(0.0, mb.ep_s - mb.compute_s)) and two.pp_s == 0.0
-    assert two.bubble_s == pytest.approx(7 * (mb.forward_s + mb.backward_s / 2))           # (p/2 − 1)(F + B/2)
+    assert two.bubble_s == pytest.approx(7 * (mb.forward_s + mb.backward_s / 2))  # (p/2 − 1)(F + B/2)
     assert dualpipe(r.plan, Execution(pipeline="dualpipe"))
-    for other in (r.plan.replace(micro_batches=119), r.plan.replace(virtual_stages=2)):      # DualPipe needs even m,
-        assert not dualpipe(other, Execution(pipeline="dualpipe"))                          # and runs its own chunks
+    for other in (r.plan.replace(micro_batches=119), r.plan.replace(virtual_stages=2)):  # DualPipe needs even m,
+        assert not dualpipe(other, Execution(pipeline="dualpipe"))  # and runs its own chunks
     assert not dualpipe(r.plan, Execution())
 
 
@@ -235,8 +280,20 @@ def test_collective_latency_is_nccl_ring_simple():
 
 # ---------------------------------------------------------------- MFU, HFU, the report's keys
 def test_step_report_mfu_hfu_and_tokens():
-    r = evaluate(Plan.create("llama-3.1-70b", gpus=64, tp=8, pp=2, dp=4, seq=8192, global_batch=64,
-                             recompute="full", hardware="h100-sxm-80gb", accounting="megatron"))
+    r = evaluate(
+        Plan.create(
+            "llama-3.1-70b",
+            gpus=64,
+            tp=8,
+            pp=2,
+            dp=4,
+            seq=8192,
+            global_batch=64,
+            recompute="full",
+            hardware="h100-sxm-80gb",
+            accounting="megatron",
+        )
+    )
     d = step_report(r)
     st = step_time(r)
     assert d["step_time_s"] == st.total_s and d["step_time_terms_s"] == st.terms()
@@ -245,9 +302,16 @@ def test_step_report_mfu_hfu_and_tokens():
     assert d["hfu"] / d["mfu"] == pytest.approx(hardware_flop_per_step(r) / model_flop_per_step(r), rel=1e-12)
     m = r.plan.model
     assert hardware_flop_per_step(r) - model_flop_per_step(r) == pytest.approx(
-        64 * compute.recompute_flop_per_sequence(m, 8192, "full", causal=False), rel=1e-12)
-    assert d["execution"] == {"attention": "flash", "tp_overlap": "backward", "cp_overlap": True, "dp_overlap": True,
-                              "pipeline": "1f1b", "pp_scatter_gather": False}
+        64 * compute.recompute_flop_per_sequence(m, 8192, "full", causal=False), rel=1e-12
+    )
+    assert d["execution"] == {
+        "attention": "flash",
+        "tp_overlap": "backward",
+        "cp_overlap": True,
+        "dp_overlap": True,
+        "pipeline": "1f1b",
+        "pp_scatter_gather": False,
+    }
     assert mfu(r, 2.0, 1e15) == pytest.approx(model_flop_per_step(r) / (2.0 * 64 * 1e15))
     none = evaluate(r.plan.replace(recompute="none"))
     assert hfu(none, 1.0) == mfu(none, 1.0)
@@ -259,7 +323,7 @@ def test_bad_inputs_name_the_factor():
     with pytest.raises(ValueError, match="pipeline='gpipe'"):
         Execution(pipeline="gpipe")
     with pytest.raises(ValueError, match="dp_overlap=1 must be True or False"):
-        Execution(dp_overlap=1)
+        Execution(dp_overlap=1)  # type: ignore[arg-type]  # an int, on purpose
     with pytest.raises(ValueError, match=r"matmul_efficiency=1.5 must lie in \[0.05, 1.0\]"):
         Calibration(1.5, 4.0, 0.8)
     hw = dataclasses.replace(A100, peak_bf16_flop_per_s=None)
@@ -280,8 +344,8 @@ def test_stored_constants_are_physical_and_reproduced_by_the_fit():
     stored = calibration()
     for name, (lo, hi) in PHYSICAL_RANGES.items():
         assert lo < getattr(stored, name) < hi
-    assert 0.5 < stored.matmul_efficiency < 0.85        # cuBLAS on A100 sustains 60-80 % of peak on large GEMMs
-    assert 0.6 < stored.link_efficiency < 0.95          # NCCL bus bandwidth over line rate
+    assert 0.5 < stored.matmul_efficiency < 0.85  # cuBLAS on A100 sustains 60-80 % of peak on large GEMMs
+    assert 0.6 < stored.link_efficiency < 0.95  # NCCL bus bandwidth over line rate
     refit = C.fit()
     for name in PHYSICAL_RANGES:
         assert getattr(refit, name) == pytest.approx(getattr(stored, name), rel=2e-3), name
@@ -302,8 +366,13 @@ def test_validation_meets_the_targets_on_the_held_out_runs(rows):
 
 
 def test_every_plannable_run_is_scored_or_says_why(rows):
-    assert {r.group for r in rows} == {"fit: Narayanan 2021", "held out: Korthikanti 2022", "held out: Llama 3",
-                                      "held out: other runs", "not scored"}
+    assert {r.group for r in rows} == {
+        "fit: Narayanan 2021",
+        "held out: Korthikanti 2022",
+        "held out: Llama 3",
+        "held out: other runs",
+        "not scored",
+    }
     assert [r.id for r in rows if not r.scored] == ["deepseek-v3-pretraining"]
     planned = {r["id"] for r in C.plannable_runs()}
     for r in C.published_runs():
@@ -313,8 +382,9 @@ def test_every_plannable_run_is_scored_or_says_why(rows):
 def test_published_step_times_follow_each_papers_flop_count(rows):
     by = {r.id: r for r in rows}
     one_t = by["narayanan2021-t1-1008.0b"]
-    assert one_t.published.step_s == pytest.approx(C.narayanan_eq3_flop(3072, 2048, 128, 25600, 51200)
-                                                   / (163e12 * 3072))
+    assert one_t.published.step_s == pytest.approx(
+        C.narayanan_eq3_flop(3072, 2048, 128, 25600, 51200) / (163e12 * 3072)
+    )
     assert by["korthikanti2022-175b-full-recompute"].published.step_s == 18.13
     llama = by["llama3-405b-8k-16384gpu"]
     assert llama.published.step_s == pytest.approx(model_flop_per_step(evaluate(llama.plan)) / (400e12 * 16384))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from browser import DESKTOP, PHONE, horizontal_overflow, offline_browser, open_standalone, standalone_page
+
 from meshplan import Mesh, Plan, schedule, zero
 from meshplan.grid import DeviceGrid, _members
 from meshplan.mesh import AXES
@@ -28,7 +29,7 @@ PSI = 27_781_427_952
 
 
 def floor_gb(gpus: int) -> float:
-    Plan.create("qwen3.8-27b", gpus=gpus, zero=3)                # the library rejects 12 GPUs on 8-GPU nodes
+    Plan.create("qwen3.8-27b", gpus=gpus, zero=3)  # the library rejects 12 GPUs on 8-GPU nodes
     return zero.model_states_bytes(PSI, 3, gpus) / 1e9
 
 
@@ -42,24 +43,53 @@ def owned(n: int, rank: int) -> float:
     return 100.0 * n + rank
 
 
-FLOOR = Exercise("floor", "Model states per GPU with ZeRO-3 on N GPUs, in GB?", floor_gb,
-                 sliders={"gpus": [1, 2, 4, 8, 12, 16]}, defaults={"gpus": 8}, unit="GB", labels={"gpus": "N GPUs"},
-                 explain=lambda gpus: f"{zero.model_states_bytes(PSI) / 1e9:,.1f} GB ÷ {gpus}")
-RANK = Exercise("rank", "What does this rank own?", owned, sliders={"n": [2, 4, 8], "rank": list(range(8))},
-                defaults={"n": 8, "rank": 5}, unit="MB", depends={"rank": lambda n: range(n)},
-                labels={"n": "N ranks"})
-WORD = Exercise("word", "Which link does this group use?", lambda link, size: link if size <= 8 else "InfiniBand",
-                sliders={"link": ["NVLink", "InfiniBand"], "size": [4, 8, 16]},
-                explain=lambda link, size: f"{size} GPUs")
-EXPLORER = TimelineExplorer("explore", kinds=schedule.KINDS, pps=[2, 4, 8], mbs=[8, 16], vs=[1, 2],
-                            defaults={"schedule": "1f1b", "p": 4, "m": 8, "v": 1})
+FLOOR = Exercise(
+    "floor",
+    "Model states per GPU with ZeRO-3 on N GPUs, in GB?",
+    floor_gb,
+    sliders={"gpus": [1, 2, 4, 8, 12, 16]},
+    defaults={"gpus": 8},
+    unit="GB",
+    labels={"gpus": "N GPUs"},
+    explain=lambda gpus: f"{zero.model_states_bytes(PSI) / 1e9:,.1f} GB ÷ {gpus}",
+)
+RANK = Exercise(
+    "rank",
+    "What does this rank own?",
+    owned,
+    sliders={"n": [2, 4, 8], "rank": list(range(8))},
+    defaults={"n": 8, "rank": 5},
+    unit="MB",
+    depends={"rank": lambda n: range(n)},
+    labels={"n": "N ranks"},
+)
+WORD = Exercise(
+    "word",
+    "Which link does this group use?",
+    lambda link, size: link if size <= 8 else "InfiniBand",
+    sliders={"link": ["NVLink", "InfiniBand"], "size": [4, 8, 16]},
+    explain=lambda link, size: f"{size} GPUs",
+)
+EXPLORER = TimelineExplorer(
+    "explore",
+    kinds=schedule.KINDS,
+    pps=[2, 4, 8],
+    mbs=[8, 16],
+    vs=[1, 2],
+    defaults={"schedule": "1f1b", "p": 4, "m": 8, "v": 1},
+)
 GRID = DeviceGrid("grid8", 8, tp=(1, 2, 4, 8), cp=(1, 2), pp=(1, 2, 4, 8))
 BIG = DeviceGrid("grid1024", 1024, tp=(1, 2, 4, 8), cp=(1, 2, 4), pp=(1, 4, 16), defaults={"tp": 8, "pp": 16}, rank=5)
-CHECKS = Checklist("plan", "Pick a plan for the anchor model on 8 GPUs.", {
-    "tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "m": [4, 8, 16]}, [
-    Check("model states fit", states_line),
-    Check("bubble under 20 %", lambda pp, m: ((pp - 1) / m < 0.2, f"(p−1)/m = {100 * (pp - 1) / m:.1f} %"))],
-    defaults={"m": 8})
+CHECKS = Checklist(
+    "plan",
+    "Pick a plan for the anchor model on 8 GPUs.",
+    {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "m": [4, 8, 16]},
+    [
+        Check("model states fit", states_line),
+        Check("bubble under 20 %", lambda pp, m: ((pp - 1) / m < 0.2, f"(p−1)/m = {100 * (pp - 1) / m:.1f} %")),
+    ],
+    defaults={"m": 8},
+)
 WIDGETS = [FLOOR, RANK, WORD, EXPLORER, GRID, CHECKS, BIG]
 VIEWPORTS = {"desktop": DESKTOP, "phone": PHONE}
 
@@ -71,8 +101,11 @@ def pages(tmp_path_factory):
     light = standalone_page(folder / "light.html", body)
     dark = standalone_page(folder / "dark.html", body, dark=True)
     with offline_browser() as browser:
-        opened = {(name, theme): open_standalone(browser, path, vp) for name, vp in VIEWPORTS.items()
-                  for theme, path in (("light", light), ("dark", dark))}
+        opened = {
+            (name, theme): open_standalone(browser, path, vp)
+            for name, vp in VIEWPORTS.items()
+            for theme, path in (("light", light), ("dark", dark))
+        }
         yield opened
         shots = os.environ.get("MESHPLAN_SCREENSHOTS")
         if shots:
@@ -86,14 +119,15 @@ def pages(tmp_path_factory):
 @pytest.fixture(params=list(VIEWPORTS))
 def page(request, pages):
     page = pages[(request.param, "light")]
-    page.bring_to_front()            # a page in the background gets one animation frame a second: slow clicks
+    page.bring_to_front()  # a page in the background gets one animation frame a second: slow clicks
     return page
 
 
 def _set(root, name: str, position: int) -> None:
     """Move a slider to a position, as dragging it does (an input event)."""
     root.locator(f'input.mp-slider[data-name="{name}"]').evaluate(
-        "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", str(position))
+        "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", str(position)
+    )
 
 
 def _answer(root) -> list[str]:
@@ -118,7 +152,7 @@ def test_empty_prediction_reveals_nothing(page):
 
 def test_enter_submits_and_the_worked_answer_follows(page):
     root = page.locator("#mp-ex-floor")
-    _set(root, "gpus", 3)                                        # 8 GPUs
+    _set(root, "gpus", 3)  # 8 GPUs
     root.locator(".mp-prediction").fill("55,6")
     assert not root.locator(".mp-check").is_disabled()
     root.locator(".mp-prediction").press("Enter")
@@ -129,11 +163,14 @@ def test_enter_submits_and_the_worked_answer_follows(page):
 
 def test_show_me_says_the_prediction_was_skipped(page):
     root = page.locator("#mp-ex-floor")
-    _set(root, "gpus", 5)                                        # 16 GPUs
+    _set(root, "gpus", 5)  # 16 GPUs
     root.locator(".mp-show").click()
     r = FLOOR.result(gpus=16)
-    assert _answer(root) == [reveal(r), r.explanation] == [f"You skipped the prediction. The library says {r.text}.",
-                                                           r.explanation]
+    assert (
+        _answer(root)
+        == [reveal(r), r.explanation]
+        == [f"You skipped the prediction. The library says {r.text}.", r.explanation]
+    )
 
 
 def test_invalid_combination_is_flagged_as_the_control_moves(page):
@@ -144,37 +181,39 @@ def test_invalid_combination_is_flagged_as_the_control_moves(page):
     height = root.bounding_box()["height"]
     slider = root.locator('input.mp-slider[data-name="gpus"]')
     slider.focus()
-    page.keyboard.press("ArrowRight")                            # 8 -> 12 GPUs: no Check pressed
+    page.keyboard.press("ArrowRight")  # 8 -> 12 GPUs: no Check pressed
     with pytest.raises(ValueError) as err:
         Plan.create("qwen3.8-27b", gpus=12, zero=3)
     assert _answer(root) == [f"Not a valid combination: {err.value}"]
     assert "mp-invalid" in root.locator(".mp-answer").get_attribute("class")
     assert root.locator(".mp-check").is_disabled() and root.locator(".mp-show").is_disabled()
-    assert {k: root.locator(k).bounding_box() for k in before} == before     # nothing moved ...
-    assert root.bounding_box()["height"] == height                           # ... not even the box below
-    page.keyboard.press("ArrowRight")                            # 16: valid again, the flag goes
+    assert {k: root.locator(k).bounding_box() for k in before} == before  # nothing moved ...
+    assert root.bounding_box()["height"] == height  # ... not even the box below
+    page.keyboard.press("ArrowRight")  # 16: valid again, the flag goes
     assert _answer(root) == [] and not root.locator(".mp-check").is_disabled()
 
 
 def test_dependent_range_rank_below_n(page):
     root = page.locator("#mp-ex-rank")
     _set(root, "n", 2)
-    _set(root, "rank", 5)                                        # set n = 8, rank = 5 first
+    _set(root, "rank", 5)  # set n = 8, rank = 5 first
     rank = root.locator('input.mp-slider[data-name="rank"]')
     assert rank.get_attribute("max") == "7"
     n = root.locator('input.mp-slider[data-name="n"]')
     n.focus()
-    page.keyboard.press("Home")                                  # N = 2: rank 5 does not exist
+    page.keyboard.press("Home")  # N = 2: rank 5 does not exist
     assert root.locator('input[data-name="n"] + output').inner_text() == "2"
     assert rank.get_attribute("max") == "1"
-    assert root.locator('input[data-name="rank"] + output').inner_text() == "1"     # the nearest allowed rank
+    assert root.locator('input[data-name="rank"] + output').inner_text() == "1"  # the nearest allowed rank
     rank.focus()
     page.keyboard.press("End")
     assert root.locator('input[data-name="rank"] + output').inner_text() == "1"
     root.locator(".mp-show").click()
-    assert _answer(root)[0] == reveal(RANK.result(n=2, rank=1)) == "You skipped the prediction. The library says 201.0 MB."
+    assert (
+        _answer(root)[0] == reveal(RANK.result(n=2, rank=1)) == "You skipped the prediction. The library says 201.0 MB."
+    )
     n.focus()
-    page.keyboard.press("End")                                   # N = 8: rank 1 stays, 0..7 offered again
+    page.keyboard.press("End")  # N = 8: rank 1 stays, 0..7 offered again
     assert rank.get_attribute("max") == "7" and root.locator('input[data-name="rank"] + output').inner_text() == "1"
 
 
@@ -187,13 +226,17 @@ def test_named_choices_are_visible_options(page):
     assert _answer(root) == []
     root.locator(".mp-prediction").fill("infiniband")
     root.locator(".mp-check").click()
-    assert _answer(root) == ["You predicted “infiniband”. The library says InfiniBand. ✓ Your prediction matches.",
-                             "4 GPUs"]
+    assert _answer(root) == [
+        "You predicted “infiniband”. The library says InfiniBand. ✓ Your prediction matches.",
+        "4 GPUs",
+    ]
 
 
 # ---------------------------------------------------------------- the pipeline explorer
 def _rows(root) -> dict[str, dict]:
-    return {r["kind"]: r for r in root.locator(".mp-tl-row").evaluate_all("""rows => rows.map(r => {
+    return {
+        r["kind"]: r
+        for r in root.locator(".mp-tl-row").evaluate_all("""rows => rows.map(r => {
         const svg = r.querySelector('svg'), rects = svg ? [...svg.querySelectorAll('rect[data-kind]')] : [];
         const x0 = Math.min(...rects.map(e => +e.getAttribute('x')));
         const x1 = Math.max(...rects.map(e => +e.getAttribute('x') + +e.getAttribute('width')));
@@ -203,7 +246,8 @@ def _rows(root) -> dict[str, dict]:
                 labels: svg ? [...svg.querySelectorAll('text.mp-gpu-label')].map(t => t.textContent) : [],
                 numbers: svg ? [...svg.querySelectorAll('text.mp-mb')].map(t => t.textContent) : [],
                 ticks: svg ? [...svg.querySelectorAll('text.mp-tick')].map(t => t.textContent) : []};
-    })""")}
+    })""")
+    }
 
 
 def _setting(root, p: int, m: int, v: int = 0) -> None:
@@ -214,50 +258,50 @@ def _setting(root, p: int, m: int, v: int = 0) -> None:
 
 def test_explorer_draws_every_schedule_to_one_scale(page):
     root = page.locator("#mp-tl-explore")
-    _setting(root, 1, 0)                                         # p = 4, m = 8
+    _setting(root, 1, 0)  # p = 4, m = 8
     rows = _rows(root)
     assert list(rows) == list(schedule.KINDS)
     for kind, row in rows.items():
         t = schedule.simulate(kind, 4, 8)
         assert row["makespan"] == t.makespan
     scale = (rows["gpipe"]["width"] + 1) / rows["gpipe"]["makespan"]
-    for row in rows.values():      # each box is 1 px short of its slot: drawn width = makespan × scale − 1
+    for row in rows.values():  # each box is 1 px short of its slot: drawn width = makespan × scale − 1
         assert abs(row["width"] + 1 - row["makespan"] * scale) < 0.15, row["kind"]
     assert rows["dualpipe"]["width"] < rows["zb-h1"]["width"] < rows["1f1b"]["width"] <= rows["gpipe"]["width"]
     view = root.locator(".mp-tl-view")
-    assert max(r["svgWidth"] for r in rows.values()) <= view.evaluate("v => v.clientWidth")    # fits its box
+    assert max(r["svgWidth"] for r in rows.values()) <= view.evaluate("v => v.clientWidth")  # fits its box
     assert rows["1f1b"]["current"] and not rows["gpipe"]["current"]
     assert root.locator(".mp-caption").inner_text() == EXPLORER.entry("1f1b", 4, 8, 1)["caption"]
     # the legend, micro-batch numbers in the boxes, a time axis
     assert root.locator(".mp-legend").inner_text().split("\n")[:2] == ["F (forward)", "B (backward, inputs)"]
-    step = next(s for s in (1, 2, 5, 10, 20, 50) if s * scale >= 40)     # ticks at least 40 px apart
+    step = next(s for s in (1, 2, 5, 10, 20, 50) if s * scale >= 40)  # ticks at least 40 px apart
     assert rows["gpipe"]["labels"] == [f"GPU {g}" for g in range(4)]
     assert rows["gpipe"]["ticks"] == [str(x) for x in range(0, 34, step)]
-    if page.viewport_size["width"] > 500:                    # every box wide enough for its number
-        assert sorted(rows["gpipe"]["numbers"]) == sorted([str(mb) for mb in range(8)] * 8)   # F and BW, 4 GPUs
+    if page.viewport_size["width"] > 500:  # every box wide enough for its number
+        assert sorted(rows["gpipe"]["numbers"]) == sorted([str(mb) for mb in range(8)] * 8)  # F and BW, 4 GPUs
 
 
 def test_explorer_scrolls_inside_its_box_and_flags_what_cannot_run(page):
     root = page.locator("#mp-tl-explore")
-    _setting(root, 2, 1)                                         # p = 8, m = 16
+    _setting(root, 2, 1)  # p = 8, m = 16
     rows = _rows(root)
     for kind, row in rows.items():
         assert row["makespan"] == schedule.simulate(kind, 8, 16).makespan
     view = root.locator(".mp-tl-view")
     wide = view.evaluate("v => v.scrollWidth > v.clientWidth")
-    assert wide == (page.viewport_size["width"] < 500)           # on the phone the drawing scrolls in its box
-    assert horizontal_overflow(page) == 0                        # ... and never the page
-    _set(root, "m", 0)                                           # p = 8, m = 8: DualPipe needs m >= 2p
+    assert wide == (page.viewport_size["width"] < 500)  # on the phone the drawing scrolls in its box
+    assert horizontal_overflow(page) == 0  # ... and never the page
+    _set(root, "m", 0)  # p = 8, m = 8: DualPipe needs m >= 2p
     rows = _rows(root)
     with pytest.raises(ValueError) as err:
         schedule.simulate("dualpipe", 8, 8)
     assert rows["dualpipe"]["text"] == f"DualPipe\nNot valid here: {err.value}" and rows["dualpipe"]["width"] is None
     assert rows["gpipe"]["width"] is not None
-    root.locator("select.mp-select").select_option(label="DualPipe")                 # describe DualPipe
+    root.locator("select.mp-select").select_option(label="DualPipe")  # describe DualPipe
     assert root.locator(".mp-caption").inner_text() == f"Not a valid schedule: {err.value}"
     assert "mp-invalid" in root.locator(".mp-caption").get_attribute("class")
     _set(root, "p", 1)
-    _set(root, "m", 0)                                           # back to p = 4, m = 8
+    _set(root, "m", 0)  # back to p = 4, m = 8
 
 
 def test_explorer_chunks_only_for_the_interleaved_schedule(page):
@@ -266,21 +310,22 @@ def test_explorer_chunks_only_for_the_interleaved_schedule(page):
     v = root.locator('input.mp-slider[data-name="v"]')
     select = root.locator("select.mp-select")
     select.select_option(label="1F1B")
-    assert v.is_disabled()                                       # 1F1B has no chunks: v stays 1
+    assert v.is_disabled()  # 1F1B has no chunks: v stays 1
     select.select_option(label="interleaved 1F1B")
     assert not v.is_disabled()
     _set(root, "v", 1)
     rows = _rows(root)
     assert rows["interleaved"]["makespan"] == schedule.simulate("interleaved", 4, 8, 2).makespan
     assert rows["1f1b"]["makespan"] == schedule.simulate("1f1b", 4, 8).makespan
-    select.select_option(label="1F1B")                           # v snaps back to 1
+    select.select_option(label="1F1B")  # v snaps back to 1
     assert root.locator('input[data-name="v"] + output').inner_text() == "1"
 
 
 # ---------------------------------------------------------------- the device grid
 def _highlighted(grid) -> dict[str, set[int]]:
     data = grid.locator(".mp-gpu").evaluate_all(
-        "cs => cs.map(c => [+c.dataset.rank, c.dataset.group || '', c.dataset.selected || ''])")
+        "cs => cs.map(c => [+c.dataset.rank, c.dataset.group || '', c.dataset.selected || ''])"
+    )
     out: dict[str, set[int]] = {a: set() for a in (*AXES, "selected")}
     for rank, group, selected in data:
         if group:
@@ -303,15 +348,15 @@ def _check_rank(grid, mesh: Mesh, rank: int) -> None:
 def test_grid_highlights_the_mesh_groups_and_flags_invalid_meshes(page):
     grid = page.locator("#mp-grid-grid8")
     _set(grid, "tp", 1)
-    _set(grid, "pp", 2)                                          # TP 2 x PP 4, DP 1
+    _set(grid, "pp", 2)  # TP 2 x PP 4, DP 1
     _check_rank(grid, Mesh({"tp": 2, "cp": 1, "pp": 4, "dp": 1}, "tp-cp-pp-dp", 8), 3)
-    grid.locator(".mp-option", has_text="dp-pp-cp-tp").click()   # the axis order: a visible option
+    grid.locator(".mp-option", has_text="dp-pp-cp-tp").click()  # the axis order: a visible option
     _check_rank(grid, Mesh({"tp": 2, "cp": 1, "pp": 4, "dp": 1}, "dp-pp-cp-tp", 8), 3)
     top = grid.locator(".mp-grid-nodes").bounding_box()["y"]
-    _set(grid, "tp", 3)                                          # TP 8 x PP 4 = 32 > 8 GPUs
+    _set(grid, "tp", 3)  # TP 8 x PP 4 = 32 > 8 GPUs
     assert grid.locator(".mp-status").inner_text() == "Not a valid mesh: tp×cp×pp = 8×1×4 = 32 does not divide gpus=8"
     assert "mp-stale" in grid.locator(".mp-grid-nodes").get_attribute("class")
-    assert grid.locator(".mp-grid-nodes").bounding_box()["y"] == top        # the drawing stays where it was
+    assert grid.locator(".mp-grid-nodes").bounding_box()["y"] == top  # the drawing stays where it was
     _set(grid, "tp", 1)
     assert grid.locator(".mp-status").inner_text() == ""
     grid.locator(".mp-option", has_text="tp-cp-pp-dp").click()
@@ -327,12 +372,12 @@ def test_grid_of_1024_gpus(page):
 def test_checklist_prints_pythons_report(page):
     root = page.locator("#mp-ck-plan")
     _set(root, "tp", 1)
-    _set(root, "pp", 2)                                          # TP 2 x PP 4, m = 8
+    _set(root, "pp", 2)  # TP 2 x PP 4, m = 8
     root.locator(".mp-check").click()
     assert root.locator(".mp-answer").inner_text() == CHECKS.report(tp=2, pp=4, m=8)
     assert root.locator("li.mp-fail").all_inner_texts() == ["✗ bubble under 20 %: (p−1)/m = 37.5 %"]
     _set(root, "tp", 3)
-    assert root.locator(".mp-answer").inner_text() == ""         # moving a control clears it
+    assert root.locator(".mp-answer").inner_text() == ""  # moving a control clears it
 
 
 # ---------------------------------------------------------------- the page as a whole
@@ -350,11 +395,13 @@ def test_nothing_scrolls_the_page_sideways_and_no_text_is_small(page):
 def test_dark_theme_colours(pages):
     for name in VIEWPORTS:
         light, dark = pages[(name, "light")], pages[(name, "dark")]
-        for page, text, field in ((light, "rgb(34, 40, 50)", "rgb(255, 255, 255)"),
-                                  (dark, "rgb(206, 214, 221)", "rgb(20, 24, 30)")):
+        for page, text, field in (
+            (light, "rgb(34, 40, 50)", "rgb(255, 255, 255)"),
+            (dark, "rgb(206, 214, 221)", "rgb(20, 24, 30)"),
+        ):
             root = page.locator("#mp-ex-floor")
             assert root.evaluate("e => getComputedStyle(e).color") == text
             assert root.locator(".mp-prediction").evaluate("e => getComputedStyle(e).backgroundColor") == field
             assert page.locator("#mp-tl-explore svg").first.evaluate("e => getComputedStyle(e).color") == text
-        cell = dark.locator('#mp-grid-grid1024 .mp-gpu:not([data-group]):not([data-selected])').first
-        assert cell.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(41, 49, 61)"   # the theme's surface
+        cell = dark.locator("#mp-grid-grid1024 .mp-gpu:not([data-group]):not([data-selected])").first
+        assert cell.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(41, 49, 61)"  # the theme's surface

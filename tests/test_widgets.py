@@ -14,6 +14,8 @@ from itertools import product
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from widget_cases import COMPARE_CASES, READ_CASES
+
 from meshplan import Plan, evaluate, zero
 from meshplan.widgets import (
     STATIC_ENV,
@@ -30,7 +32,6 @@ from meshplan.widgets import (
 )
 from meshplan.widgets.base import auto_input, text_on
 from meshplan.widgets.predict import DIGIT_ZEROS
-from widget_cases import COMPARE_CASES, READ_CASES
 
 P = 27_781_427_952
 
@@ -42,16 +43,29 @@ def _total_gb(tp: int, pp: int) -> float:
 @pytest.fixture
 def plan_ex():
     """Total memory per GPU for TP × PP on 8 GPUs; tp = 3, and tp = 8 with pp > 1, are invalid plans."""
-    return Exercise("plan-mem", "Memory per GPU for TP x PP on 8 GPUs?", _total_gb,
-                    sliders={"tp": [1, 2, 3, 8], "pp": [1, 2, 4]}, unit="GB", digits=1,
-                    explain=lambda tp, pp: f"TP {tp} x PP {pp}", labels={"tp": "TP size"}, defaults={"pp": 4})
+    return Exercise(
+        "plan-mem",
+        "Memory per GPU for TP x PP on 8 GPUs?",
+        _total_gb,
+        sliders={"tp": [1, 2, 3, 8], "pp": [1, 2, 4]},
+        unit="GB",
+        digits=1,
+        explain=lambda tp, pp: f"TP {tp} x PP {pp}",
+        labels={"tp": "TP size"},
+        defaults={"pp": 4},
+    )
 
 
 @pytest.fixture
 def floor_ex():
-    return Exercise("floor", "Model states per GPU with ZeRO-3?",
-                    lambda n: zero.model_states_bytes(P, 3, n) / 1e9, sliders={"n": [1, 8, 64]}, unit="GB",
-                    explain=lambda n: f"444.5 GB / {n}")
+    return Exercise(
+        "floor",
+        "Model states per GPU with ZeRO-3?",
+        lambda n: zero.model_states_bytes(P, 3, n) / 1e9,
+        sliders={"n": [1, 8, 64]},
+        unit="GB",
+        explain=lambda n: f"444.5 GB / {n}",
+    )
 
 
 def _rank_mb(n: int, rank: int) -> float:
@@ -61,8 +75,15 @@ def _rank_mb(n: int, rank: int) -> float:
 @pytest.fixture
 def rank_ex():
     """rank ≤ N − 1: a dependent range."""
-    return Exercise("owner", "MB on this rank?", _rank_mb, sliders={"n": [2, 4, 8], "rank": list(range(8))},
-                    defaults={"n": 8, "rank": 5}, unit="MB", depends={"rank": lambda n: range(n)})
+    return Exercise(
+        "owner",
+        "MB on this rank?",
+        _rank_mb,
+        sliders={"n": [2, 4, 8], "rank": list(range(8))},
+        defaults={"n": 8, "rank": 5},
+        unit="MB",
+        depends={"rank": lambda n: range(n)},
+    )
 
 
 def _payload(html: str) -> dict:
@@ -86,12 +107,12 @@ def test_read_prediction(typed, unit, value, echo, note, error):
 
 def test_read_rules_in_words():
     """The rules the module states, one line each (the table above holds the exact texts)."""
-    assert read_prediction("1,5").value == 1.5                    # a lone comma is a decimal comma ...
-    assert read_prediction("1,500").value == 1500                 # ... unless 1-3 digits, comma, 3 digits
+    assert read_prediction("1,5").value == 1.5  # a lone comma is a decimal comma ...
+    assert read_prediction("1,500").value == 1500  # ... unless 1-3 digits, comma, 3 digits
     assert read_prediction("1,500").note == "the comma read as a thousands separator"
-    assert read_prediction("1.500").value == 1.5                  # a lone point is always decimal
+    assert read_prediction("1.500").value == 1.5  # a lone point is always decimal
     assert read_prediction("1.234,5").value == read_prediction("1,234.5").value == 1234.5  # the later mark
-    assert read_prediction("1 234,567").value == 1234.567         # other separators present: decimal comma
+    assert read_prediction("1 234,567").value == 1234.567  # other separators present: decimal comma
     assert read_prediction("52 GiB", "GB").value == 52 * 2**30 / 1e9
     assert read_prediction("37.5%").value == 0.375 and read_prediction("0.375", "%").value == 0.375
     assert read_prediction("\u22123").value == read_prediction("-3").value == -3
@@ -119,23 +140,45 @@ def test_any_text_is_read_or_refused_with_one_line(text):
 def test_any_number_is_graded_without_a_long_line(x, v):
     msg = compare(repr(x), Result(v, f"{v:g}"), "GB")
     assert len(msg) < 260 and "inf" not in msg and "nan" not in msg
-    assert compare("1e300", Result(1e-300, "0")).endswith("more than 1e308 × the answer: ✗ off by more than a factor of 10.")
+    assert compare("1e300", Result(1e-300, "0")).endswith(
+        "more than 1e308 × the answer: ✗ off by more than a factor of 10."
+    )
 
 
 # ---------------------------------------------------------------- numbers as text
-@pytest.mark.parametrize("x,digits,text", [
-    (2.25, 1, "2.3"), (0.125, 2, "0.13"), (2.675, 2, "2.67"), (-0.04, 1, "0.0"), (-1.25, 1, "−1.3"),
-    (1234567.891, 2, "1,234,567.89"), (0.0, 0, "0"), (999.5, 0, "1,000"),
-])
+@pytest.mark.parametrize(
+    "x,digits,text",
+    [
+        (2.25, 1, "2.3"),
+        (0.125, 2, "0.13"),
+        (2.675, 2, "2.67"),
+        (-0.04, 1, "0.0"),
+        (-1.25, 1, "−1.3"),
+        (1234567.891, 2, "1,234,567.89"),
+        (0.0, 0, "0"),
+        (999.5, 0, "1,000"),
+    ],
+)
 def test_fmt_fixed_rounds_half_away_from_zero_on_the_exact_value(x, digits, text):
     assert fmt_fixed(x, digits) == text
 
 
-@pytest.mark.parametrize("x,sig,text", [
-    (55.834574848, 4, "55.83"), (1e308 / 55.56, 2, "1.8e306"), (0.0001234, 3, "0.000123"), (1.234e-7, 3, "1.23e−7"),
-    (9.9996, 4, "10"), (-1234.5, 2, "−1,200"), (1e15, 3, "1e15"), (999_999_999_999_999.9, 3, "1e15"), (0.0, 3, "0"),
-    (5400.0, 4, "5,400"), (0.3, 4, "0.3"),
-])
+@pytest.mark.parametrize(
+    "x,sig,text",
+    [
+        (55.834574848, 4, "55.83"),
+        (1e308 / 55.56, 2, "1.8e306"),
+        (0.0001234, 3, "0.000123"),
+        (1.234e-7, 3, "1.23e−7"),
+        (9.9996, 4, "10"),
+        (-1234.5, 2, "−1,200"),
+        (1e15, 3, "1e15"),
+        (999_999_999_999_999.9, 3, "1e15"),
+        (0.0, 3, "0"),
+        (5400.0, 4, "5,400"),
+        (0.3, 4, "0.3"),
+    ],
+)
 def test_fmt_sig(x, sig, text):
     assert fmt_sig(x, sig) == text
 
@@ -149,30 +192,42 @@ def test_compare(typed, value, text, error, unit, digits, tolerance, expected):
 def test_grades_in_order():
     r = Result(100.0, "100.0 GB")
     verdicts = [re.split(r"(?:\)|answer): ", compare(x, r, "GB"))[1] for x in ("103", "120", "500", "2000", "-100")]
-    assert verdicts == ["✓ within 5 %.", "≈ within 25 %.", "~ right order of magnitude (within a factor of 10).",
-                        "✗ off by more than a factor of 10.", "✗ off: the sign is wrong."]
+    assert verdicts == [
+        "✓ within 5 %.",
+        "≈ within 25 %.",
+        "~ right order of magnitude (within a factor of 10).",
+        "✗ off by more than a factor of 10.",
+        "✗ off: the sign is wrong.",
+    ]
 
 
 def test_reveal_says_the_prediction_was_skipped():
     assert reveal(Result(55.56, "55.6 GB")) == "You skipped the prediction. The library says 55.6 GB."
-    assert reveal(Result(None, "", "", "tp=3 does not divide 4 KV heads")) == \
-        "Not a valid combination: tp=3 does not divide 4 KV heads"
+    assert (
+        reveal(Result(None, "", "", "tp=3 does not divide 4 KV heads"))
+        == "Not a valid combination: tp=3 does not divide 4 KV heads"
+    )
 
 
 # ---------------------------------------------------------------- the base: controls
 def test_auto_inputs():
     assert auto_input([1, 2, 4], ["1", "2", "4"]) == "slider"
-    assert auto_input([8, 4], ["8", "4"]) == "radio"               # numbers, not increasing
+    assert auto_input([8, 4], ["8", "4"]) == "radio"  # numbers, not increasing
     assert auto_input(["ring", "naive"], ["ring", "naive"]) == "radio"
     names = ["qwen3.8-27b", "llama-3.1-70b", "llama-3.1-405b", "deepseek-v3", "llama-3.1-8b", "small-3.7m"]
-    assert auto_input(names, names) == "select"                    # 6 options but 70 characters
+    assert auto_input(names, names) == "select"  # 6 options but 70 characters
     assert auto_input([True, False], ["True", "False"]) == "radio"  # booleans are not numbers
     assert auto_input([5], ["5"]) == "radio"
 
 
 def test_controls_texts_labels_and_overrides():
-    w = StaticWidget("w", {"link": ["nvlink", "ib"], "n": [1, 2]}, labels={"n": "N GPUs"},
-                     texts={"link": {"nvlink": "NVLink", "ib": "InfiniBand"}}, inputs={"n": "select"})
+    w = StaticWidget(
+        "w",
+        {"link": ["nvlink", "ib"], "n": [1, 2]},
+        labels={"n": "N GPUs"},
+        texts={"link": {"nvlink": "NVLink", "ib": "InfiniBand"}},
+        inputs={"n": "select"},
+    )
     link, n = w.controls
     assert (link.texts, link.label, link.input) == (("NVLink", "InfiniBand"), "link", "radio")
     assert (n.label, n.input, n.default) == ("N GPUs", "select", 1)
@@ -181,22 +236,42 @@ def test_controls_texts_labels_and_overrides():
     assert '<option value="0" selected>1</option><option value="1">2</option>' in page
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"controls": {"n": []}}, "control 'n' has no values"),
-    ({"controls": {"n": [1, 2, 1]}}, "control 'n' repeats a value: [1, 2, 1]"),
-    ({"controls": {"n": [1, 2]}, "defaults": {"n": 5}}, "default n=5 is not one of n's values"),
-    ({"controls": {"n": [1, 2]}, "defaults": {"m": 1}}, "defaults names 'm', which is not a control (n)"),
-    ({"controls": {"n": [1, 2]}, "labels": {"x": "X"}}, "labels names 'x', which is not a control (n)"),
-    ({"controls": {"n": [1, 2]}, "inputs": {"n": "knob"}}, "inputs['n']='knob' must be one of slider, radio, select"),
-    ({"controls": {"n": [1, 2]}, "depends": {"n": lambda m: [1]}}, "depends['n'] reads 'm', which is not another control"),
-    ({"controls": {"n": [1, 2], "r": [0, 1]}, "depends": {"r": lambda **kw: [0]}}, "name the controls it reads"),
-    ({"controls": {"n": [1, 2], "r": [0, 1]}, "depends": {"r": lambda n: n}}, "must return the allowed values"),
-    ({"controls": {"n": [1, 2], "r": [5, 6]}, "depends": {"r": lambda n: range(n)}}, "no value of r is allowed when n=1"),
-    ({"controls": {"a": [1, 2], "b": [1, 2]}, "depends": {"a": lambda b: [1], "b": lambda a: [1]}}, "depends has a cycle"),
-    ({"controls": {"n": [2, 4], "r": [0, 3]}, "defaults": {"r": 3}, "depends": {"r": lambda n: range(n)}},
-     "default r=3 is not allowed when n=2"),
-    ({"controls": {"a": range(50), "b": range(50)}}, "2,500 control combinations; keep the page small (at most 2,000)"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"controls": {"n": []}}, "control 'n' has no values"),
+        ({"controls": {"n": [1, 2, 1]}}, "control 'n' repeats a value: [1, 2, 1]"),
+        ({"controls": {"n": [1, 2]}, "defaults": {"n": 5}}, "default n=5 is not one of n's values"),
+        ({"controls": {"n": [1, 2]}, "defaults": {"m": 1}}, "defaults names 'm', which is not a control (n)"),
+        ({"controls": {"n": [1, 2]}, "labels": {"x": "X"}}, "labels names 'x', which is not a control (n)"),
+        (
+            {"controls": {"n": [1, 2]}, "inputs": {"n": "knob"}},
+            "inputs['n']='knob' must be one of slider, radio, select",
+        ),
+        (
+            {"controls": {"n": [1, 2]}, "depends": {"n": lambda m: [1]}},
+            "depends['n'] reads 'm', which is not another control",
+        ),
+        ({"controls": {"n": [1, 2], "r": [0, 1]}, "depends": {"r": lambda **kw: [0]}}, "name the controls it reads"),
+        ({"controls": {"n": [1, 2], "r": [0, 1]}, "depends": {"r": lambda n: n}}, "must return the allowed values"),
+        (
+            {"controls": {"n": [1, 2], "r": [5, 6]}, "depends": {"r": lambda n: range(n)}},
+            "no value of r is allowed when n=1",
+        ),
+        (
+            {"controls": {"a": [1, 2], "b": [1, 2]}, "depends": {"a": lambda b: [1], "b": lambda a: [1]}},
+            "depends has a cycle",
+        ),
+        (
+            {"controls": {"n": [2, 4], "r": [0, 3]}, "defaults": {"r": 3}, "depends": {"r": lambda n: range(n)}},
+            "default r=3 is not allowed when n=2",
+        ),
+        (
+            {"controls": {"a": range(50), "b": range(50)}},
+            "2,500 control combinations; keep the page small (at most 2,000)",
+        ),
+    ],
+)
 def test_base_validation(kwargs, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         StaticWidget("w", **kwargs)
@@ -212,7 +287,7 @@ def test_dependent_range_tables_and_keys(rank_ex):
     assert rank_ex.allowed("rank", {"n": 2}) == (0, 1)
     assert rank_ex.allowed("rank", {"n": 8}) == tuple(range(8))
     table = rank_ex.table()
-    assert len(table) == 2 + 4 + 8                                  # rank < n only
+    assert len(table) == 2 + 4 + 8  # rank < n only
     assert "0,2" not in table and table["0,1"].value == 21.0 and table["2,7"].value == 87.0
     assert rank_ex.key({"n": 4, "rank": 3}) == "1,3"
     data = _payload(rank_ex.to_html())
@@ -222,29 +297,57 @@ def test_dependent_range_tables_and_keys(rank_ex):
 
 
 def test_dependent_slider_html_offers_only_allowed_positions():
-    w = StaticWidget("w", {"n": [2, 4, 8], "rank": list(range(8))}, defaults={"n": 4, "rank": 3},
-                     depends={"rank": lambda n: range(n)})
+    w = StaticWidget(
+        "w",
+        {"n": [2, 4, 8], "rank": list(range(8))},
+        defaults={"n": 4, "rank": 3},
+        depends={"rank": lambda n: range(n)},
+    )
     page = w.controls_html()
     assert 'data-name="rank" min="0" max="3" step="1" value="3">' in page
-    v = StaticWidget("v", {"schedule": ["1f1b", "interleaved"], "v": [1, 2, 4]}, inputs={"v": "radio"},
-                     depends={"v": lambda schedule: [1, 2, 4] if schedule == "interleaved" else [1]})
-    assert 'value="1" disabled>2</label>' in v.controls_html() and 'mp-option mp-disabled' in v.controls_html()
+    v = StaticWidget(
+        "v",
+        {"schedule": ["1f1b", "interleaved"], "v": [1, 2, 4]},
+        inputs={"v": "radio"},
+        depends={"v": lambda schedule: [1, 2, 4] if schedule == "interleaved" else [1]},
+    )
+    assert 'value="1" disabled>2</label>' in v.controls_html() and "mp-option mp-disabled" in v.controls_html()
 
 
 def test_chained_dependencies_are_enumerated_in_order():
-    w = StaticWidget("w", {"a": [1, 2], "b": [1, 2, 3], "c": [1, 2, 3, 4]},
-                     depends={"c": lambda b: range(1, b + 2), "b": lambda a: range(1, a + 2)})
+    w = StaticWidget(
+        "w",
+        {"a": [1, 2], "b": [1, 2, 3], "c": [1, 2, 3, 4]},
+        depends={"c": lambda b: range(1, b + 2), "b": lambda a: range(1, a + 2)},
+    )
     assert w.order == ("a", "b", "c")
     assert [tuple(x.values()) for x in w.combinations()] == [
-        (1, 1, 1), (1, 1, 2), (1, 2, 1), (1, 2, 2), (1, 2, 3),
-        (2, 1, 1), (2, 1, 2), (2, 2, 1), (2, 2, 2), (2, 2, 3), (2, 3, 1), (2, 3, 2), (2, 3, 3), (2, 3, 4)]
+        (1, 1, 1),
+        (1, 1, 2),
+        (1, 2, 1),
+        (1, 2, 2),
+        (1, 2, 3),
+        (2, 1, 1),
+        (2, 1, 2),
+        (2, 2, 1),
+        (2, 2, 2),
+        (2, 2, 3),
+        (2, 3, 1),
+        (2, 3, 2),
+        (2, 3, 3),
+        (2, 3, 4),
+    ]
     with pytest.raises(ValueError, match="a table over c needs b"):
         w.combinations(["c"])
 
 
 def test_text_on_picks_the_higher_contrast():
-    assert (text_on("#1f77b4"), text_on("#ff7f0e"), text_on("#000000"), text_on("#ffffff")) == \
-        ("#fff", "#111", "#fff", "#111")
+    assert (text_on("#1f77b4"), text_on("#ff7f0e"), text_on("#000000"), text_on("#ffffff")) == (
+        "#fff",
+        "#111",
+        "#fff",
+        "#111",
+    )
 
 
 # ---------------------------------------------------------------- the exercise: answers
@@ -301,8 +404,9 @@ def test_feedback_shows_the_worked_answer_only_for_a_read_prediction(floor_ex):
     assert floor_ex.feedback("", {"n": 8}) == ("Type a prediction first, or press Show me.", "")
     assert floor_ex.feedback("lots", {"n": 8}) == ("Could not read “lots”: not a number.", "")
     text, explanation = floor_ex.feedback("50", {"n": 8})
-    assert text == ("Read as 50 GB. The library says 55.6 GB. Your prediction is off by −5.6 GB (−10 %): "
-                    "≈ within 25 %.")
+    assert text == (
+        "Read as 50 GB. The library says 55.6 GB. Your prediction is off by −5.6 GB (−10 %): ≈ within 25 %."
+    )
     assert explanation == "444.5 GB / 8"
 
 
@@ -333,8 +437,9 @@ def test_html_payload_holds_the_library_answers(plan_ex):
     assert [c["texts"] for c in data["controls"]] == [["1", "2", "3", "8"], ["1", "2", "4"]]
     assert (data["digits"], data["unit"], data["tolerance"]) == (1, "GB", 0.05)
     table = plan_ex.table()
-    assert data["table"] == {k: {"value": r.value, "text": r.text, "explanation": r.explanation, "error": r.error}
-                             for k, r in table.items()}
+    assert data["table"] == {
+        k: {"value": r.value, "text": r.text, "explanation": r.explanation, "error": r.error} for k, r in table.items()
+    }
     assert data["table"]["1,2"]["text"] == "56.9 GB"
 
 
@@ -375,10 +480,10 @@ def test_live_exercise_check_show_and_enter(floor_ex):
     check.click()
     assert out.value == "<div class='mp-answer'>Type a prediction first, or press Show me.</div>"
     slider.value = 8
-    pred.value = "50"                                   # Enter (or leaving the box) submits
+    pred.value = "50"  # Enter (or leaving the box) submits
     text, explanation = floor_ex.feedback("50", {"n": 8})
     assert out.value == f"<div class='mp-answer'>{text}<br><span class='mp-explanation'>{explanation}</span></div>"
-    slider.value = 64                                   # moving a control clears the answer
+    slider.value = 64  # moving a control clears the answer
     assert out.value == ""
     show.click()
     assert out.value.startswith("<div class='mp-answer'>You skipped the prediction. The library says 6.9 GB.")
@@ -400,7 +505,7 @@ def test_live_dependent_range_follows_its_parent(rank_ex):
     _, n, rank, _, _ = rank_ex.live().children
     assert rank.value == 5 and [v for _, v in rank.options] == list(range(8))
     n.value = 2
-    assert [v for _, v in rank.options] == [0, 1] and rank.value == 1   # the nearest allowed rank
+    assert [v for _, v in rank.options] == [0, 1] and rank.value == 1  # the nearest allowed rank
     n.value = 8
     assert [v for _, v in rank.options] == list(range(8)) and rank.value == 1
 
@@ -408,21 +513,29 @@ def test_live_dependent_range_follows_its_parent(rank_ex):
 # ---------------------------------------------------------------- the checklist
 def _plan_lines(tp, pp, zero_stage, m):
     """A small plan-design checklist on 8 GPUs of the anchor (40 heads, 64 layers)."""
+
     def memory(tp, pp, zero_stage):
         r = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=tp, pp=pp, zero=zero_stage, recompute="full"))
         gb = r.memory_bytes["total"] / 1e9
         return r.fits, f"{gb:,.1f} GB per GPU" + (" fits in 80 GB" if r.fits else " is more than 80 GB")
 
-    return [Check("memory fits", memory),
-            Check("bubble under 20 %", lambda pp, m: ((pp - 1) / m < 0.2, f"(p−1)/m = {(pp - 1) / m:.1%}")),
-            Check("TP inside one node", lambda tp: (tp <= 8, f"TP {tp} of 8 GPUs per node"))]
+    return [
+        Check("memory fits", memory),
+        Check("bubble under 20 %", lambda pp, m: ((pp - 1) / m < 0.2, f"(p−1)/m = {(pp - 1) / m:.1%}")),
+        Check("TP inside one node", lambda tp: (tp <= 8, f"TP {tp} of 8 GPUs per node")),
+    ]
 
 
 @pytest.fixture
 def plan_ck():
-    return Checklist("plan8", "Pick a plan for the anchor on 8 GPUs", {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8],
-                     "zero_stage": [0, 1, 3], "m": [4, 8, 16]}, _plan_lines(0, 0, 0, 0),
-                     labels={"zero_stage": "ZeRO stage"}, defaults={"zero_stage": 1})
+    return Checklist(
+        "plan8",
+        "Pick a plan for the anchor on 8 GPUs",
+        {"tp": [1, 2, 4, 8], "pp": [1, 2, 4, 8], "zero_stage": [0, 1, 3], "m": [4, 8, 16]},
+        _plan_lines(0, 0, 0, 0),
+        labels={"zero_stage": "ZeRO stage"},
+        defaults={"zero_stage": 1},
+    )
 
 
 def test_checklist_tables_are_per_line(plan_ck):
@@ -436,11 +549,12 @@ def test_checklist_report(plan_ck):
     assert plan_ck.report(tp=2, pp=4, zero_stage=1, m=8) == (
         "2 of 3 checks pass; failing: bubble under 20 %.\n"
         f"✓ memory fits: {r.memory_bytes['total'] / 1e9:,.1f} GB per GPU fits in 80 GB\n"
-        "✗ bubble under 20 %: (p−1)/m = 37.5%\n✓ TP inside one node: TP 2 of 8 GPUs per node")
+        "✗ bubble under 20 %: (p−1)/m = 37.5%\n✓ TP inside one node: TP 2 of 8 GPUs per node"
+    )
     line = plan_ck.line(plan_ck.checks[0], tp=8, pp=8, zero_stage=0, m=4)
     with pytest.raises(ValueError) as exc:
         Plan.create("qwen3.8-27b", gpus=8, tp=8, pp=8, zero=0, recompute="full")
-    assert (line.ok, line.reason) == (False, str(exc.value))            # the library's reason
+    assert (line.ok, line.reason) == (False, str(exc.value))  # the library's reason
 
 
 def test_checklist_payload_and_validation(plan_ck):

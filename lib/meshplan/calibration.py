@@ -32,7 +32,7 @@ from .plan import Plan, Report, evaluate
 from .resources import read_json
 from .steptime import PHYSICAL_RANGES, Calibration, Execution, fit_data, hfu, mfu, model_flop_per_step, step_time
 
-FIT_SET = "narayanan2021-t1-"      # declared before looking at the rest: Narayanan et al. 2021 Table 1
+FIT_SET = "narayanan2021-t1-"  # declared before looking at the rest: Narayanan et al. 2021 Table 1
 TARGET_MEDIAN = 0.15
 TARGET_MAX = 0.35
 
@@ -76,60 +76,94 @@ class RunSetup:
 
 RUN_SETUPS: dict[str, RunSetup] = {
     "narayanan2021-t1-": RunSetup(
-        "lab", 0, _MEGATRON_2021, sp=False,
+        "lab",
+        0,
+        _MEGATRON_2021,
+        sp=False,
         why="Megatron-LM 2021 (examples/sc21/run_table_1.sh at de7dc40f88): DDP without ZeRO, 16-bit gradients "
-            "all-reduced once per step (--accumulate-allreduce-grads-in-fp32 is off by default, arguments.py#L553: the "
-            "lab ledger), no sequence parallelism (2022), the whole score matrix computed (torch.baddbmm and "
-            "FusedScaleMaskSoftmax, megatron/model/transformer.py#L271; FlashAttention came in 2022), no asynchronous "
-            "TP all-reduce (added 2021-08-30, cf7efd4f5a), scatter/gather of the pipeline sends on by default "
-            "(arguments.py#L585-L587). --DDP-impl torch (1.7B to 18.4B) overlaps the all-reduce with the backward; "
-            "--DDP-impl local (39.1B up) runs it after the backward (training.py#L365-L369)."),
+        "all-reduced once per step (--accumulate-allreduce-grads-in-fp32 is off by default, arguments.py#L553: the "
+        "lab ledger), no sequence parallelism (2022), the whole score matrix computed (torch.baddbmm and "
+        "FusedScaleMaskSoftmax, megatron/model/transformer.py#L271; FlashAttention came in 2022), no asynchronous "
+        "TP all-reduce (added 2021-08-30, cf7efd4f5a), scatter/gather of the pipeline sends on by default "
+        "(arguments.py#L585-L587). --DDP-impl torch (1.7B to 18.4B) overlaps the all-reduce with the backward; "
+        "--DDP-impl local (39.1B up) runs it after the backward (training.py#L365-L369).",
+    ),
     "korthikanti2022-": RunSetup(
-        "megatron", 0, _MEGATRON_2022, virtual_stages=1,
+        "megatron",
+        0,
+        _MEGATRON_2022,
+        virtual_stages=1,
         why="Megatron-LM 2022 with sequence parallelism and its backward re-gather (the megatron ledger), DP = 1; "
-            "dense attention (selective recompute recomputes its score matrix); the backward re-gather and the "
-            "input-gradient reduce-scatter run asynchronously under the GEMMs (megatron/mpu/layers.py#L239-L308 at "
-            "739cb43dae). The interleaving degree is not stated: v = 1 (1F1B) is assumed."),
+        "dense attention (selective recompute recomputes its score matrix); the backward re-gather and the "
+        "input-gradient reduce-scatter run asynchronously under the GEMMs (megatron/mpu/layers.py#L239-L308 at "
+        "739cb43dae). The interleaving degree is not stated: v = 1 (1F1B) is assumed.",
+    ),
     "llama3-405b-": RunSetup(
-        "fsdp2", 2, Execution(cp_overlap=False), micro_batch_size=1, virtual_stages=7, recompute="none",
+        "fsdp2",
+        2,
+        Execution(cp_overlap=False),
+        micro_batch_size=1,
+        virtual_stages=7,
+        recompute="none",
         why="FSDP sharding optimizer states and gradients, parameters not resharded after the forward, fp32 "
-            "reduce-scatter (§3.3.2): the fsdp2 ledger at ZeRO-2, which with pipeline parallelism gathers the weights "
-            "and reduce-scatters the fp32 gradients once per step. CP all-gathers K and V before the attention, "
-            "exposed (§3.3.2). Micro-batch size 1 (Batch size/DP sequences per DP rank, one at a time) is assumed. V "
-            "is not published; one layer per virtual stage (126 layers, embedding and head on 16 × 8 chunks: 'we "
-            "reduce one Transformer layer each from the first and the last stages') is v = 8, capped at the 7 layers "
-            "of the end stages the plan accepts. The 131,072-token row states no recomputation; its per-GPU "
-            "activations equal the 8K rows' (CP 16), which need none."),
+        "reduce-scatter (§3.3.2): the fsdp2 ledger at ZeRO-2, which with pipeline parallelism gathers the weights "
+        "and reduce-scatters the fp32 gradients once per step. CP all-gathers K and V before the attention, "
+        "exposed (§3.3.2). Micro-batch size 1 (Batch size/DP sequences per DP rank, one at a time) is assumed. V "
+        "is not published; one layer per virtual stage (126 layers, embedding and head on 16 × 8 chunks: 'we "
+        "reduce one Transformer layer each from the first and the last stages') is v = 8, capped at the 7 layers "
+        "of the end stages the plan accepts. The 131,072-token row states no recomputation; its per-GPU "
+        "activations equal the 8K rows' (CP 16), which need none.",
+    ),
     "deepseek-v3-": RunSetup(
-        "lab", 1, Execution(pipeline="dualpipe"), micro_batch_size=1, stage_balance="max",
-        why="ZeRO-1, PP 16 with DualPipe, EP 64 (§3.2); micro-batch size 1 is assumed. Not scored: see UNSCORED."),
+        "lab",
+        1,
+        Execution(pipeline="dualpipe"),
+        micro_batch_size=1,
+        stage_balance="max",
+        why="ZeRO-1, PP 16 with DualPipe, EP 64 (§3.2); micro-batch size 1 is assumed. Not scored: see UNSCORED.",
+    ),
     "bloom-": RunSetup(
-        "deepspeed", 1, _MEGATRON_DEEPSPEED, sp=False, infiniband_bytes_per_s=6.25e9,
+        "deepspeed",
+        1,
+        _MEGATRON_DEEPSPEED,
+        sp=False,
+        infiniband_bytes_per_s=6.25e9,
         why="Megatron-DeepSpeed with ZeRO-1 (BF16_Optimizer), no sequence parallelism, dense attention; Jean Zay's "
-            "4 Omni-Path 100 Gb/s links per node of 8 GPUs: 6.25 GB/s per GPU. 70 layers on 12 stages with the "
-            "embedding counted as a layer: 5, 6, ..., 6, 5."),
+        "4 Omni-Path 100 Gb/s links per node of 8 GPUs: 6.25 GB/s per GPU. 70 layers on 12 stages with the "
+        "embedding counted as a layer: 5, 6, ..., 6, 5.",
+    ),
     "mt-nlg-": RunSetup(
-        "deepspeed", 1, _MEGATRON_DEEPSPEED, sp=False, micro_batch_size=1, virtual_stages=1, recompute="full",
+        "deepspeed",
+        1,
+        _MEGATRON_DEEPSPEED,
+        sp=False,
+        micro_batch_size=1,
+        virtual_stages=1,
+        recompute="full",
         why="Megatron-DeepSpeed: ZeRO-1 assumed, 1F1B, no sequence parallelism, dense attention; full recompute "
-            "(Eq. 3, which counts it, reproduces the published TFLOP/s); micro-batch size 1 assumed."),
+        "(Eq. 3, which counts it, reproduces the published TFLOP/s); micro-batch size 1 assumed.",
+    ),
     "torchtitan-a100-": RunSetup(
-        "fsdp2", 3, Execution(),
+        "fsdp2",
+        3,
+        Execution(),
         why="torchtitan FSDP2 (ZeRO-3: bf16 gathers forward and backward, fp32 reduce-scatter, every step: "
-            "torchtitan/parallelisms/parallelize_llama.py#L219-L222 at 0413364), PyTorch SDPA (causal flash). The "
-            "interconnect is not stated: the preset's 25 GB/s per GPU, at which the 8·Ψ·63/64 bytes of FSDP traffic "
-            "per step take longer than the published step (70B: 551 GB, 22 s at line rate, 29.6 s at the fitted link "
-            "efficiency, against 24.7 s published): the cluster's network must have been faster. 'selective layer' "
-            "(every other layer fully recomputed) and 'selective op' (cheap ops recomputed) are both planned as "
-            "selective recompute."),
+        "torchtitan/parallelisms/parallelize_llama.py#L219-L222 at 0413364), PyTorch SDPA (causal flash). The "
+        "interconnect is not stated: the preset's 25 GB/s per GPU, at which the 8·Ψ·63/64 bytes of FSDP traffic "
+        "per step take longer than the published step (70B: 551 GB, 22 s at line rate, 29.6 s at the fitted link "
+        "efficiency, against 24.7 s published): the cluster's network must have been faster. 'selective layer' "
+        "(every other layer fully recomputed) and 'selective op' (cheap ops recomputed) are both planned as "
+        "selective recompute.",
+    ),
 }
 
 UNSCORED: dict[str, str] = {
     "deepseek-v3-pretraining": "FP8 GEMMs (§3.3) run at twice the bf16 peak the model charges; the EP bytes of the "
-                               "ledger send each token to each of its 8 experts in bf16, where node-limited routing "
-                               "sends it to at most 4 nodes and dispatches in FP8 (§3.2.2); and the published figure "
-                               "is GPU hours per trillion tokens of the whole run, not a step time.",
+    "ledger send each token to each of its 8 experts in bf16, where node-limited routing "
+    "sends it to at most 4 nodes and dispatches in FP8 (§3.2.2); and the published figure "
+    "is GPU hours per trillion tokens of the whole run, not a step time.",
     "torchtitan-h100-": "no preset fits: Grand Teton H100 at 500 W with 96 GB HBM2e, whose peak the benchmark says is "
-                        "not known exactly.",
+    "not known exactly.",
     "opt-175b": "TP, DP, global batch and recomputation not published.",
     "megatron-lm-readme-": "mesh, sequence length and GPUs per point only in an image.",
 }
@@ -170,8 +204,15 @@ def run(run_id: str) -> dict:
 
 
 def _gpt_config(shape: dict, seq: int) -> dict:
-    return {"model_type": "gpt2", "n_embd": shape["hidden"], "n_layer": shape["layers"], "n_head": shape["heads"],
-            "vocab_size": shape.get("vocab_padded") or shape["vocab"], "n_positions": seq, "n_inner": shape["ffn"]}
+    return {
+        "model_type": "gpt2",
+        "n_embd": shape["hidden"],
+        "n_layer": shape["layers"],
+        "n_head": shape["heads"],
+        "vocab_size": shape.get("vocab_padded") or shape["vocab"],
+        "n_positions": seq,
+        "n_inner": shape["ffn"],
+    }
 
 
 def run_model(r: dict) -> ModelSpec:
@@ -198,10 +239,26 @@ def run_plan(r: dict, recompute: str | None = None) -> Plan:
     b: int = r["micro_batch_size"] or setup.micro_batch_size or 1
     v: int = mesh.get("virtual_stages") or setup.virtual_stages or 1
     rc: str = recompute or r["recompute"] or setup.recompute or "none"
-    return Plan.create(model, gpus=r["gpus"], tp=mesh["tp"], cp=mesh["cp"], pp=mesh["pp"], dp=mesh["dp"],
-                       ep=mesh["ep"], seq=r["seq"], micro_batch_size=b, global_batch=r["global_batch"], hardware=hw,
-                       accounting=setup.accounting, zero=setup.zero, recompute=rc, sp=setup.sp, virtual_stages=v,
-                       uneven_stages=True, stage_balance=setup.stage_balance)
+    return Plan.create(
+        model,
+        gpus=r["gpus"],
+        tp=mesh["tp"],
+        cp=mesh["cp"],
+        pp=mesh["pp"],
+        dp=mesh["dp"],
+        ep=mesh["ep"],
+        seq=r["seq"],
+        micro_batch_size=b,
+        global_batch=r["global_batch"],
+        hardware=hw,
+        accounting=setup.accounting,
+        zero=setup.zero,
+        recompute=rc,
+        sp=setup.sp,
+        virtual_stages=v,
+        uneven_stages=True,
+        stage_balance=setup.stage_balance,
+    )
 
 
 def narayanan_eq3_flop(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
@@ -218,9 +275,9 @@ class Published:
     """A run's published figure as seconds per step, with the metric it came from."""
 
     step_s: float
-    metric: str           # e.g. "TFLOP/s per GPU (Eq. 3)"
-    value: float          # as printed
-    to_metric: Callable[[float], float] = field(compare=False, repr=False)   # a step time → that metric
+    metric: str  # e.g. "TFLOP/s per GPU (Eq. 3)"
+    value: float  # as printed
+    to_metric: Callable[[float], float] = field(compare=False, repr=False)  # a step time → that metric
 
 
 def published_step_s(r: dict, report: Report, variant: str = "") -> Published:
@@ -256,8 +313,9 @@ def published_step_s(r: dict, report: Report, variant: str = "") -> Published:
         hours = pub["gpu_hours_per_trillion_tokens"]["value"]
         gpu_s_per_token = hours * 3600 / 1e12
         tokens = report.plan.tokens_per_step
-        return Published(tokens * gpu_s_per_token / n, "GPU hours per 10¹² tokens", hours,
-                         lambda s: s * n / tokens * 1e12 / 3600)
+        return Published(
+            tokens * gpu_s_per_token / n, "GPU hours per 10¹² tokens", hours, lambda s: s * n / tokens * 1e12 / 3600
+        )
     raise ValueError(f"run {r['id']!r}: no published figure turns into a step time")
 
 
@@ -335,8 +393,9 @@ def validate(cal: Calibration | None = None) -> list[Row]:
     for rid, r, report, variant in _cases():
         pub = published_step_s(r, report, variant)
         predicted = step_time(report, run_execution(r), cal).total_s
-        rows.append(Row(rid, _group(r["id"], r["held_out"]), report.plan, pub, predicted,
-                        _lookup(UNSCORED, r["id"]) or ""))
+        rows.append(
+            Row(rid, _group(r["id"], r["held_out"]), report.plan, pub, predicted, _lookup(UNSCORED, r["id"]) or "")
+        )
     return rows
 
 
@@ -357,8 +416,9 @@ def summary(rows: Sequence[Row]) -> dict[str, dict[str, float]]:
 
 
 # ---------------------------------------------------------------- the fit
-def _nelder_mead(f: Callable[[list[float]], float], x0: list[float], step: float = 0.1, iters: int = 400,
-                 tol: float = 1e-10) -> list[float]:
+def _nelder_mead(
+    f: Callable[[list[float]], float], x0: list[float], step: float = 0.1, iters: int = 400, tol: float = 1e-10
+) -> list[float]:
     """Minimise ``f`` from ``x0`` (Nelder & Mead 1965, standard coefficients); deterministic."""
     n = len(x0)
     simplex = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)]
@@ -410,7 +470,7 @@ def _to_unit(cal: Calibration) -> list[float]:
     return out
 
 
-FIT_START = Calibration(0.6, 4.0, 0.8)    # where Nelder–Mead starts: mid-range values, not the answer
+FIT_START = Calibration(0.6, 4.0, 0.8)  # where Nelder–Mead starts: mid-range values, not the answer
 
 
 def fit(start: Calibration = FIT_START) -> Calibration:
@@ -421,14 +481,14 @@ def fit(start: Calibration = FIT_START) -> Calibration:
 
     def loss(z: list[float]) -> float:
         cal = _from_unit(z)
-        return sum(math.log(step_time(report, ex, cal).total_s / pub) ** 2
-                   for (_, _, report, _), ex, pub in zip(cases, execs, pubs, strict=True))
+        return sum(
+            math.log(step_time(report, ex, cal).total_s / pub) ** 2
+            for (_, _, report, _), ex, pub in zip(cases, execs, pubs, strict=True)
+        )
 
     best = _nelder_mead(loss, _to_unit(start), step=0.5, iters=600)
     c = _from_unit(best)
     return Calibration(*(round(getattr(c, k), 4) for k in PHYSICAL_RANGES))
-
-
 
 
 def ratio_errors(rows: Sequence[Row]) -> list[float]:
@@ -437,7 +497,7 @@ def ratio_errors(rows: Sequence[Row]) -> list[float]:
     out = []
     held = [r for r in rows if r.scored and r.group.startswith("held out")]
     for i, a in enumerate(held):
-        for b in held[i + 1:]:
+        for b in held[i + 1 :]:
             if (a.plan.model.name, a.plan.hardware.name) == (b.plan.model.name, b.plan.hardware.name):
                 out.append(abs((a.predicted_s / b.predicted_s) / (a.published.step_s / b.published.step_s) - 1))
     return out
@@ -450,11 +510,11 @@ def tie_band(rows: Sequence[Row]) -> float:
 
 MEANINGS = {
     "matmul_efficiency": "achieved fraction of the dense bf16 peak in the GEMMs (and attention without a documented "
-                         "FlashAttention figure)",
+    "FlashAttention figure)",
     "hbm_passes": "HBM reads and writes of each activation byte a layer stores (Korthikanti Table 2), over its "
-                  "forward and backward: the memory-bound element-wise work",
+    "forward and backward: the memory-bound element-wise work",
     "link_efficiency": "achieved fraction of a link's per-direction bandwidth in a collective (NCCL bus bandwidth "
-                       "over line rate)",
+    "over line rate)",
 }
 
 
@@ -465,17 +525,23 @@ def fit_record(cal: Calibration, rows: Sequence[Row]) -> dict:
     fit_ids = [r.id for r in rows if r.group.startswith("fit")]
     return {
         "description": "Fitted constants of meshplan.steptime (written by scripts/validate_steptime.py --write-fit; "
-                       "fitted by meshplan.calibration.fit on the declared fit set only).",
-        "fit_set": {"declared": f"run ids starting with {FIT_SET!r}: Narayanan et al. 2021 Table 1",
-                    "runs": fit_ids,
-                    "loss": "sum over the fit set of log(predicted / published step time)^2, Nelder-Mead"},
-        "constants": {k: {"value": getattr(cal, k), "physical_range": list(PHYSICAL_RANGES[k]), "meaning": MEANINGS[k]}
-                      for k in PHYSICAL_RANGES},
+        "fitted by meshplan.calibration.fit on the declared fit set only).",
+        "fit_set": {
+            "declared": f"run ids starting with {FIT_SET!r}: Narayanan et al. 2021 Table 1",
+            "runs": fit_ids,
+            "loss": "sum over the fit set of log(predicted / published step time)^2, Nelder-Mead",
+        },
+        "constants": {
+            k: {"value": getattr(cal, k), "physical_range": list(PHYSICAL_RANGES[k]), "meaning": MEANINGS[k]}
+            for k in PHYSICAL_RANGES
+        },
         "documented": fit_data()["documented"],
         "validation": {g: {k: (round(v, 4) if k != "n" else v) for k, v in e.items()} for g, e in s.items()},
-        "tie_band": {"value": tie_band(rows),
-                     "absolute_median_error": round(s["held out"]["median"], 4),
-                     "source": "median over held-out pairs of runs of one model on one machine of |predicted step-time "
-                               "ratio / published ratio - 1|, rounded up to a whole percent "
-                               f"({len(ratio_errors(rows))} pairs)"},
+        "tie_band": {
+            "value": tie_band(rows),
+            "absolute_median_error": round(s["held out"]["median"], 4),
+            "source": "median over held-out pairs of runs of one model on one machine of |predicted step-time "
+            "ratio / published ratio - 1|, rounded up to a whole percent "
+            f"({len(ratio_errors(rows))} pairs)",
+        },
     }

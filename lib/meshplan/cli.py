@@ -13,10 +13,10 @@ import json
 import math
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from .dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
 from .accounting import LEDGERS
+from .dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
 from .hardware import available_hardware, load_hardware
 from .plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
 from .reporting import format_report
@@ -36,17 +36,20 @@ class _UsageError(Exception):
 
 def _int(name: str, limit: int | None = None) -> Callable[[str], int]:
     """A positive integer option (at most ``limit``); the message names the option."""
+
     def conv(text: str) -> int:
         t = text.strip()
         if not t.isascii() or not t.lstrip("+-").isdigit():
             raise argparse.ArgumentTypeError(f"{name}={text[:40]!r} must be a positive integer")
         if len(t.lstrip("+-0")) > 18:
-            raise argparse.ArgumentTypeError(f"{name}={t[:12]}… ({len(t)} digits) is more than the "
-                                             f"{limit or 10**18:,} this library plans for")
+            raise argparse.ArgumentTypeError(
+                f"{name}={t[:12]}… ({len(t)} digits) is more than the {limit or 10**18:,} this library plans for"
+            )
         try:
             return check_count(name, int(t), limit)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+
     return conv
 
 
@@ -58,6 +61,7 @@ def _zero(text: str) -> int:
 
 def _number(name: str, limit: float) -> Callable[[str], float]:
     """A positive finite number option (at most ``limit``)."""
+
     def conv(text: str) -> float:
         try:
             value = float(text)
@@ -68,6 +72,7 @@ def _number(name: str, limit: float) -> Callable[[str], float]:
         if value > limit:
             raise argparse.ArgumentTypeError(f"{name}={value:g} is more than {limit:g}")
         return value
+
     return conv
 
 
@@ -88,19 +93,34 @@ def _hardware(text: str) -> str:
 
 
 def _accounting_option(p: argparse.ArgumentParser, default: str | None = "lab") -> None:
-    p.add_argument("--accounting", choices=LEDGERS, default=default,
-                   help="bookkeeping convention: lab (the lab page's, default), megatron, fsdp2 or deepspeed (what the "
-                        "engine allocates and sends)")
+    p.add_argument(
+        "--accounting",
+        choices=LEDGERS,
+        default=default,
+        help="bookkeeping convention: lab (the lab page's, default), megatron, fsdp2 or deepspeed (what the "
+        "engine allocates and sends)",
+    )
 
 
 def _machine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hardware", type=_hardware, default=None,
-                   help=f"a preset ({', '.join(available_hardware()) or 'lab'}) or a path; default: lab, the lab "
-                        "page's machine")
-    p.add_argument("--gpus-per-node", type=_int("gpus-per-node", MAX_GPUS), default=None,
-                   help="override the preset's GPUs per node")
-    p.add_argument("--gpu-memory-gb", type=_number("gpu-memory-gb", MAX_GB), default=None,
-                   help="override the preset's GPU memory (GB = 10^9 B)")
+    p.add_argument(
+        "--hardware",
+        type=_hardware,
+        default=None,
+        help=f"a preset ({', '.join(available_hardware()) or 'lab'}) or a path; default: lab, the lab page's machine",
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=_int("gpus-per-node", MAX_GPUS),
+        default=None,
+        help="override the preset's GPUs per node",
+    )
+    p.add_argument(
+        "--gpu-memory-gb",
+        type=_number("gpu-memory-gb", MAX_GB),
+        default=None,
+        help="override the preset's GPU memory (GB = 10^9 B)",
+    )
 
 
 def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) -> None:
@@ -110,38 +130,69 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
     _machine_options(p)
     for dim in ("tp", "cp", "ep", "pp"):
         p.add_argument(f"--{dim}", type=_int(dim, MAX_GPUS), default=1)
-    p.add_argument("--expert-tp", type=_int("expert-tp", MAX_GPUS), default=None,
-                   help="expert tensor-parallel size (default: tp); 1 folds EP over TP × CP × DP")
+    p.add_argument(
+        "--expert-tp",
+        type=_int("expert-tp", MAX_GPUS),
+        default=None,
+        help="expert tensor-parallel size (default: tp); 1 folds EP over TP × CP × DP",
+    )
     p.add_argument("--dp", type=_int("dp", MAX_GPUS), default=None, help="default: gpus ÷ (tp × cp × pp)")
     p.add_argument("--zero", type=_zero, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
     p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
     p.add_argument("--micro-batch-size", type=_int("micro-batch-size", MAX_MICRO_BATCH_SIZE), default=1)
-    p.add_argument("--micro-batches", type=_int("micro-batches", MAX_MICRO_BATCHES), default=None,
-                   help="micro-batches per step (default 8, or global batch ÷ (dp × micro-batch size))")
-    p.add_argument("--global-batch", type=_int("global-batch", MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS),
-                   default=None, help="sequences per step; sets the micro-batches m = B ÷ (dp × micro-batch size)")
+    p.add_argument(
+        "--micro-batches",
+        type=_int("micro-batches", MAX_MICRO_BATCHES),
+        default=None,
+        help="micro-batches per step (default 8, or global batch ÷ (dp × micro-batch size))",
+    )
+    p.add_argument(
+        "--global-batch",
+        type=_int("global-batch", MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS),
+        default=None,
+        help="sequences per step; sets the micro-batches m = B ÷ (dp × micro-batch size)",
+    )
     p.add_argument("--virtual-stages", type=_int("virtual-stages", MAX_VIRTUAL_STAGES), default=1)
-    p.add_argument("--order", type=_order, default=DEFAULT_ORDER,
-                   help="mesh axes from inner to outer, e.g. tp-cp-pp-dp")
+    p.add_argument(
+        "--order", type=_order, default=DEFAULT_ORDER, help="mesh axes from inner to outer, e.g. tp-cp-pp-dp"
+    )
     p.add_argument("--no-sp", action="store_true", help="switch sequence parallelism off")
     p.add_argument("--stage-balance", choices=("even", "max"), default="even")
-    p.add_argument("--uneven-stages", action="store_true",
-                   help="when pp does not divide the layers, give the first and last stages fewer "
-                        "(Llama 3's 126 layers on PP 16: 7, 8, ..., 8, 7)")
+    p.add_argument(
+        "--uneven-stages",
+        action="store_true",
+        help="when pp does not divide the layers, give the first and last stages fewer "
+        "(Llama 3's 126 layers on PP 16: 7, 8, ..., 8, 7)",
+    )
     _accounting_option(p, default=None)
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     """The ``Plan`` described by the options of ``add_plan_options`` (ValueError for an invalid plan)."""
     return Plan.create(
-        args.model, gpus=args.gpus, dp=args.dp, tp=args.tp, cp=args.cp, ep=args.ep, pp=args.pp,
-        expert_tp=args.expert_tp, zero=args.zero, recompute=args.recompute, seq=args.seq,
-        micro_batch_size=args.micro_batch_size, micro_batches=args.micro_batches, global_batch=args.global_batch,
-        virtual_stages=args.virtual_stages, order=args.order, hardware=args.hardware,
+        args.model,
+        gpus=args.gpus,
+        dp=args.dp,
+        tp=args.tp,
+        cp=args.cp,
+        ep=args.ep,
+        pp=args.pp,
+        expert_tp=args.expert_tp,
+        zero=args.zero,
+        recompute=args.recompute,
+        seq=args.seq,
+        micro_batch_size=args.micro_batch_size,
+        micro_batches=args.micro_batches,
+        global_batch=args.global_batch,
+        virtual_stages=args.virtual_stages,
+        order=args.order,
+        hardware=args.hardware,
         gpus_per_node=args.gpus_per_node,
         gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
-        sp=False if args.no_sp else None, stage_balance=args.stage_balance, uneven_stages=args.uneven_stages,
+        sp=False if args.no_sp else None,
+        stage_balance=args.stage_balance,
+        uneven_stages=args.uneven_stages,
         accounting=args.accounting or "lab",
     )
 
@@ -165,13 +216,20 @@ def _search(args) -> int:
     from .search import format_search, search
     from .steptime import execution_for
 
-    result = search(args.model, args.gpus, args.seq, args.global_batch, hardware=args.hardware,
-                    gpus_per_node=args.gpus_per_node,
-                    gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
-                    order=args.order, accounting=args.accounting,
-                    execution=replace(execution_for(args.accounting), pipeline=args.pipeline))
+    result = search(
+        args.model,
+        args.gpus,
+        args.seq,
+        args.global_batch,
+        hardware=args.hardware,
+        gpus_per_node=args.gpus_per_node,
+        gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
+        order=args.order,
+        accounting=args.accounting,
+        execution=replace(execution_for(args.accounting), pipeline=args.pipeline),
+    )
     if args.json:
-        _print(json.dumps([c.to_dict(i) for i, c in enumerate(result.ranked[:args.top], 1)]))
+        _print(json.dumps([c.to_dict(i) for i, c in enumerate(result.ranked[: args.top], 1)]))
     else:
         _print(format_search(result, args.top))
     return 0
@@ -183,13 +241,20 @@ def _add_search(sub) -> None:
     p.add_argument("--gpus", required=True, type=_int("gpus", MAX_GPUS))
     _machine_options(p)
     p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
-    p.add_argument("--global-batch", required=True,
-                   type=_int("global-batch", MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS),
-                   help="sequences per step")
+    p.add_argument(
+        "--global-batch",
+        required=True,
+        type=_int("global-batch", MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS),
+        help="sequences per step",
+    )
     p.add_argument("--top", type=_int("top", 10**6), default=10)
     p.add_argument("--order", type=_order, default=DEFAULT_ORDER)
-    p.add_argument("--pipeline", choices=("1f1b", "dualpipe"), default="1f1b",
-                   help="pipeline schedule the step time assumes (dualpipe where the plan allows it)")
+    p.add_argument(
+        "--pipeline",
+        choices=("1f1b", "dualpipe"),
+        default="1f1b",
+        help="pipeline schedule the step time assumes (dualpipe where the plan allows it)",
+    )
     _accounting_option(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of the top plan reports")
     p.set_defaults(run=_search)
@@ -218,12 +283,14 @@ def _add_export(sub) -> None:
 # ---------------------------------------------------------------- schedule
 def _time(name: str) -> Callable[[str], float]:
     """A time option: parsed as a number here, validated by the library (``schedule.check_times``)."""
+
     def conv(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name}={text[:40]!r} must be a non-negative number") from None
         return int(value) if value.is_integer() else value
+
     return conv
 
 
@@ -259,12 +326,16 @@ def _validate(args) -> int:
         _print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False))
     else:
         failed = [r for r in rows if r.failed]
-        _print(format_table(rows) + f"\n\n{len(rows)} rows: {sum(r.agrees for r in rows)} agree, "
-               f"{sum(not r.agrees and not r.exact for r in rows)} depart as explained, {len(failed)} exact rows differ")
+        _print(
+            format_table(rows) + f"\n\n{len(rows)} rows: {sum(r.agrees for r in rows)} agree, "
+            f"{sum(not r.agrees and not r.exact for r in rows)} depart as explained, {len(failed)} exact rows differ"
+        )
     for r in rows:
         if r.failed:
-            print(f"meshplan: exact row differs: {r.check}: predicted {r.predicted}, measured {r.measured}",
-                  file=sys.stderr)
+            print(
+                f"meshplan: exact row differs: {r.check}: predicted {r.predicted}, measured {r.measured}",
+                file=sys.stderr,
+            )
     return 1 if any(r.failed for r in rows) else 0
 
 
@@ -272,8 +343,11 @@ def _add_validate(sub) -> None:
     p = sub.add_parser("validate", help="check the formulas against real PyTorch runs (gloo, CPU, forked ranks)")
     p.add_argument("--quick", action="store_true", help="ranks ≤ 4 only (the CI subset)")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON list")
-    p.add_argument("--output", default=None, help="also write the results document (rows + provenance) here; "
-                                                  "its folder must exist (checked before any run)")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="also write the results document (rows + provenance) here; its folder must exist (checked before any run)",
+    )
     p.set_defaults(run=_validate)
 
 
@@ -294,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    """The sub-command names, in the order they were added (argparse has no public accessor)."""
+    return [name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices]
+
+
 def _print(text: str) -> None:
     """Print ``text``; characters the terminal's encoding cannot show are replaced, not fatal."""
     try:
@@ -309,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if args.command is None:
-            raise _UsageError("a command is required: " + ", ".join(parser._subparsers._group_actions[0].choices))
+            raise _UsageError("a command is required: " + ", ".join(_commands(parser)))
         code = args.run(args)
         sys.stdout.flush()
         return code

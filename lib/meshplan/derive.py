@@ -136,7 +136,7 @@ def zero_stage_volume() -> dict[int, sp.Expr]:
         >>> zero_stage_volume()[3]
         3*Psi - 3*Psi/N
     """
-    one = (N - 1) / N * Psi          # one reduce-scatter or all-gather of Ψ elements
+    one = (N - 1) / N * Psi  # one reduce-scatter or all-gather of Ψ elements
     parts = {0: [one, one], 1: [one, one], 2: [one, one], 3: [one, one, one]}
     return {stage: sp.expand(sp.Add(*p)) for stage, p in parts.items()}
 

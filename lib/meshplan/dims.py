@@ -40,8 +40,8 @@ MAX_GPUS = 2**20  # 1,048,576 GPUs: larger than any cluster built; keeps every m
 def check_count(name: str, value: Any, limit: int | None = None) -> int:
     """``value`` if it is a positive integer (at most ``limit``), else ValueError naming it.
 
-        >>> check_count("tp", 8)
-        8
+    >>> check_count("tp", 8)
+    8
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name}={value!r} must be a positive integer")
@@ -88,8 +88,10 @@ class ParallelDims:
             check_count(name, getattr(self, name), MAX_GPUS)
         world = self.tp * self.cp * self.pp * self.dp
         if world > MAX_GPUS:
-            raise ValueError(f"tp×cp×pp×dp = {self.tp}×{self.cp}×{self.pp}×{self.dp} = {world:,} GPUs is more than "
-                             f"the {MAX_GPUS:,} this library plans for")
+            raise ValueError(
+                f"tp×cp×pp×dp = {self.tp}×{self.cp}×{self.pp}×{self.dp} = {world:,} GPUs is more than "
+                f"the {MAX_GPUS:,} this library plans for"
+            )
         parse_order(self.order)
         if self.expert_tp is not None:
             check_count("expert_tp", self.expert_tp)
@@ -100,12 +102,23 @@ class ParallelDims:
             if dc % self.ep:
                 raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.dp}×{self.cp} = {dc}")
         elif (self.tp * dc) % (self.ep * self.etp):
-            raise ValueError(f"ep×expert_tp = {self.ep}×{self.etp} = {self.ep * self.etp} does not divide "
-                             f"tp×cp×dp = {self.tp}×{self.cp}×{self.dp} = {self.tp * dc}")
+            raise ValueError(
+                f"ep×expert_tp = {self.ep}×{self.etp} = {self.ep * self.etp} does not divide "
+                f"tp×cp×dp = {self.tp}×{self.cp}×{self.dp} = {self.tp * dc}"
+            )
 
     @classmethod
-    def from_gpus(cls, gpus: int, tp: int = 1, cp: int = 1, pp: int = 1, dp: int | None = None, ep: int = 1,
-                  expert_tp: int | None = None, order: str = DEFAULT_ORDER) -> ParallelDims:
+    def from_gpus(
+        cls,
+        gpus: int,
+        tp: int = 1,
+        cp: int = 1,
+        pp: int = 1,
+        dp: int | None = None,
+        ep: int = 1,
+        expert_tp: int | None = None,
+        order: str = DEFAULT_ORDER,
+    ) -> ParallelDims:
         """The dims of ``gpus`` GPUs; ``dp`` defaults to gpus ÷ (tp × cp × pp). ValueError if they do not multiply
         to ``gpus``."""
         check_count("gpus", gpus, MAX_GPUS)

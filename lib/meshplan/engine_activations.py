@@ -99,7 +99,8 @@ Device: ``device="cpu"`` (the default) is what ``meshplan.measure`` measures. ``
 things, from the kernels' documented behaviour, not measured here (no GPU): the SDPA output is token-major, so the
 transposed copy above disappears; MLA (unequal head dims) runs the memory-efficient kernel, which saves bf16 q, k,
 v, the output and an fp32 logsumexp padded to 32 rows instead of the math kernel's fp32 copies and s² softmax
-(so does a layer with a materialized sliding-window mask); LayerNorm keeps its mean and rstd in fp32. Everything else (Gated DeltaNet's reference path included) is the same.
+(so does a layer with a materialized sliding-window mask); LayerNorm keeps its mean and rstd in fp32. Everything
+else (Gated DeltaNet's reference path included) is the same.
 
 Tensor parallelism (``tp > 1``): a documented convention, Megatron-LM's sharding, not a measurement. Each term is
 token-wise (``seq``: norms, the inputs of column-parallel projections, the residual stream, the router: divided by
@@ -211,29 +212,54 @@ class Implementation:
     group_limited: bool = False
 
 
-_NORM_NAMES = {"pre": ("input_layernorm", "post_attention_layernorm"),
-               "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
-               "sandwich": ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                            "post_feedforward_layernorm")}
-_QWEN3_5: dict[str, Any] = {"norm": "zero_centered", "rotary_per_sample": True, "rotary_cat": True,
-                             "partial_rotary_factor": 0.25}
-FAMILIES: Mapping[str, Implementation] = MappingProxyType({impl.family: impl for impl in (
-    Implementation("llama"), Implementation("mistral"), Implementation("qwen2"), Implementation("qwen3"),
-    Implementation("mixtral", routing_weight_bytes=4, norm_topk_prob=True),
-    Implementation("qwen2_moe"),
-    Implementation("qwen3_moe", norm_topk_prob=True),
-    Implementation("qwen3_5", **_QWEN3_5),
-    Implementation("qwen3_5_moe", **_QWEN3_5, norm_topk_prob=True),
-    Implementation("gemma2", norm="zero_centered", sdpa=False, final_softcap=True, embed_scale=True),
-    Implementation("gemma3_text", norm="zero_centered", rotary_per_layer_type=True, embed_scale=True),
-    Implementation("phi3", rotary_cat=True, qkv="fused_v_view"),
-    Implementation("olmo2", norm="scale_in_fp32", rotary="fp32"),
-    Implementation("deepseek_v2", rotary="complex64", router="softmax_fp32", routing_weight_bytes=4,
-                   group_limited=True),
-    Implementation("deepseek_v3", router="sigmoid_fp32", routing_weight_bytes=4, norm_topk_prob=True),
-    Implementation("gpt2", norm="layernorm", rotary="none", qkv="fused_views", eager_softmax_fp32=False,
-                   learned_positions=True),
-)})
+_NORM_NAMES = {
+    "pre": ("input_layernorm", "post_attention_layernorm"),
+    "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    "sandwich": (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ),
+}
+_QWEN3_5: dict[str, Any] = {
+    "norm": "zero_centered",
+    "rotary_per_sample": True,
+    "rotary_cat": True,
+    "partial_rotary_factor": 0.25,
+}
+FAMILIES: Mapping[str, Implementation] = MappingProxyType(
+    {
+        impl.family: impl
+        for impl in (
+            Implementation("llama"),
+            Implementation("mistral"),
+            Implementation("qwen2"),
+            Implementation("qwen3"),
+            Implementation("mixtral", routing_weight_bytes=4, norm_topk_prob=True),
+            Implementation("qwen2_moe"),
+            Implementation("qwen3_moe", norm_topk_prob=True),
+            Implementation("qwen3_5", **_QWEN3_5),
+            Implementation("qwen3_5_moe", **_QWEN3_5, norm_topk_prob=True),
+            Implementation("gemma2", norm="zero_centered", sdpa=False, final_softcap=True, embed_scale=True),
+            Implementation("gemma3_text", norm="zero_centered", rotary_per_layer_type=True, embed_scale=True),
+            Implementation("phi3", rotary_cat=True, qkv="fused_v_view"),
+            Implementation("olmo2", norm="scale_in_fp32", rotary="fp32"),
+            Implementation(
+                "deepseek_v2", rotary="complex64", router="softmax_fp32", routing_weight_bytes=4, group_limited=True
+            ),
+            Implementation("deepseek_v3", router="sigmoid_fp32", routing_weight_bytes=4, norm_topk_prob=True),
+            Implementation(
+                "gpt2",
+                norm="layernorm",
+                rotary="none",
+                qkv="fused_views",
+                eager_softmax_fp32=False,
+                learned_positions=True,
+            ),
+        )
+    }
+)
 _ALIASES = {"gemma3": "gemma3_text", "qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qwen3_5_moe"}
 # per-family facts that follow each model's config: (config key, Implementation field, how to read it)
 _CONFIG_FLAGS = (
@@ -264,8 +290,11 @@ def implementation(family: str, config: Mapping[str, Any] | None = None) -> Impl
     if config is None:
         return impl
     cfg = config.get("text_config", config) if isinstance(config.get("text_config"), Mapping) else config
-    changes: dict[str, Any] = {field_name: read(cfg[cfg_key]) for cfg_key, field_name, read in _CONFIG_FLAGS
-                               if cfg_key in cfg and field_name not in _FIXED.get(key, ())}
+    changes: dict[str, Any] = {
+        field_name: read(cfg[cfg_key])
+        for cfg_key, field_name, read in _CONFIG_FLAGS
+        if cfg_key in cfg and field_name not in _FIXED.get(key, ())
+    }
     rope = cfg.get("rope_parameters") or {}
     factor = cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor") if isinstance(rope, Mapping) else None)
     if factor is not None and impl.rotary != "none":
@@ -295,16 +324,21 @@ def _positive(**values: int) -> None:
 
 
 # ---------------------------------------------------------------- building blocks (bytes for one micro-batch)
-def _norm(name: str, rows: int, width: int, impl: Implementation, part: str, split: str, device: str,
-          style: str | None = None) -> list[_Saved]:
+def _norm(
+    name: str, rows: int, width: int, impl: Implementation, part: str, split: str, device: str, style: str | None = None
+) -> list[_Saved]:
     """The tensors one norm call saves (its output is saved by whoever reads it)."""
     style = style or impl.norm
     if style == "layernorm":
         stats = 2 if device == "cpu" else 4
-        return [_Saved(f"{name}: input (bf16)", part, 2 * rows * width, split),
-                _Saved(f"{name}: mean and rstd", part, 2 * stats * rows, split)]
-    out = [_Saved(f"{name}: input upcast to fp32", part, 4 * rows * width, split),
-           _Saved(f"{name}: rsqrt (fp32)", part, 4 * rows, split)]
+        return [
+            _Saved(f"{name}: input (bf16)", part, 2 * rows * width, split),
+            _Saved(f"{name}: mean and rstd", part, 2 * stats * rows, split),
+        ]
+    out = [
+        _Saved(f"{name}: input upcast to fp32", part, 4 * rows * width, split),
+        _Saved(f"{name}: rsqrt (fp32)", part, 4 * rows, split),
+    ]
     if style == "cast_then_scale":
         out.append(_Saved(f"{name}: normalized input in bf16 (for the weight grad)", part, 2 * rows * width, split))
     else:
@@ -318,27 +352,30 @@ def _activation(prefix: str, count: int, width_bytes: float, activation: str, pa
     """The activation's own saves beyond its input (Python-written GeLU only)."""
     if activation not in ACTIVATION_EXTRA_SAVES:
         raise ValueError(f"activation={activation!r} is not modelled; known: {', '.join(ACTIVATION_EXTRA_SAVES)}")
-    extras = _GELU_NEW_EXTRAS[:ACTIVATION_EXTRA_SAVES[activation]]
+    extras = _GELU_NEW_EXTRAS[: ACTIVATION_EXTRA_SAVES[activation]]
     return [_Saved(f"{prefix}activation {what} ({activation})", part, count * width_bytes, split) for what in extras]
 
 
 def _gated_mlp(prefix: str, T: int, f: int, activation: str) -> list[_Saved]:
-    return [_Saved(f"{prefix}gate projection output (activation input)", "mlp", 2 * T * f, "width"),
-            *_activation(prefix, T, 2 * f, activation, "mlp", "width"),
-            _Saved(f"{prefix}up projection output", "mlp", 2 * T * f, "width"),
-            _Saved(f"{prefix}activation output", "mlp", 2 * T * f, "width"),
-            _Saved(f"{prefix}down projection input (activation × up)", "mlp", 2 * T * f, "width")]
+    return [
+        _Saved(f"{prefix}gate projection output (activation input)", "mlp", 2 * T * f, "width"),
+        *_activation(prefix, T, 2 * f, activation, "mlp", "width"),
+        _Saved(f"{prefix}up projection output", "mlp", 2 * T * f, "width"),
+        _Saved(f"{prefix}activation output", "mlp", 2 * T * f, "width"),
+        _Saved(f"{prefix}down projection input (activation × up)", "mlp", 2 * T * f, "width"),
+    ]
 
 
 def _mlp(L: LayerSpec, h: int, T: int, impl: Implementation) -> list[_Saved]:
     out = [_Saved("mlp input (saved by its first projections)", "mlp", 2 * T * h, "seq")]
     if not L.is_moe:
         if L.mlp == "plain":
-            return out + [_Saved("up projection output (activation input)", "mlp", 2 * T * L.intermediate_size,
-                                 "width"),
-                          *_activation("", T, 2 * L.intermediate_size, L.activation, "mlp", "width"),
-                          _Saved("down projection input (activation output)", "mlp", 2 * T * L.intermediate_size,
-                                 "width")]
+            return [
+                *out,
+                _Saved("up projection output (activation input)", "mlp", 2 * T * L.intermediate_size, "width"),
+                *_activation("", T, 2 * L.intermediate_size, L.activation, "mlp", "width"),
+                _Saved("down projection input (activation output)", "mlp", 2 * T * L.intermediate_size, "width"),
+            ]
         if L.mlp != "gated":
             raise ValueError(f"mlp={L.mlp!r} must be 'gated' or 'plain'")
         return out + _gated_mlp("", T, L.intermediate_size, L.activation)
@@ -354,8 +391,9 @@ def _mlp(L: LayerSpec, h: int, T: int, impl: Implementation) -> list[_Saved]:
         out.append(_Saved("router: weight upcast to fp32", "mlp", 4 * E * h, "none"))
         kind = "softmax" if impl.router == "softmax_fp32" else "sigmoid"
         out.append(_Saved(f"router: {kind} over the experts (fp32)", "mlp", 4 * T * E, "seq"))
-        out.append(_Saved(f"router: top-k indices (int64{', gather' if kind == 'sigmoid' else ''})", "mlp",
-                          8 * T * k, "seq"))
+        out.append(
+            _Saved(f"router: top-k indices (int64{', gather' if kind == 'sigmoid' else ''})", "mlp", 8 * T * k, "seq")
+        )
         if impl.group_limited and impl.router == "softmax_fp32":
             out.append(_Saved("router: group mask over the experts (bool)", "mlp", T * E, "seq"))
     else:
@@ -364,53 +402,74 @@ def _mlp(L: LayerSpec, h: int, T: int, impl: Implementation) -> list[_Saved]:
         out.append(_Saved("router: top-k values before normalization (fp32)", "mlp", 4 * T * k, "seq"))
         out.append(_Saved("router: top-k sum (fp32)", "mlp", 4 * T, "seq"))
     S = T * k  # dispatched (token, expert) pairs
-    out += [_Saved("experts: gathered token copies (grouped_mm input)", "mlp", 2 * S * h, "none"),
-            _Saved("experts: gate/up output", "mlp", 2 * S * 2 * fe, "width"),
-            *_activation("experts: ", S, 2 * fe, L.activation, "mlp", "width"),
-            _Saved("experts: activation output", "mlp", 2 * S * fe, "width"),
-            _Saved("experts: down input (activation × up)", "mlp", 2 * S * fe, "width"),
-            _Saved("experts: routing weights", "mlp", S * impl.routing_weight_bytes, "none"),
-            _Saved("experts: down output (multiplied by the routing weight)", "mlp", 2 * S * h, "none"),
-            _Saved("experts: sort, gather and unsort indices (int64)", "mlp", 3 * 8 * S, "none"),
-            _Saved("experts: group offsets (int32)", "mlp", 4 * E, "none")]
+    out += [
+        _Saved("experts: gathered token copies (grouped_mm input)", "mlp", 2 * S * h, "none"),
+        _Saved("experts: gate/up output", "mlp", 2 * S * 2 * fe, "width"),
+        *_activation("experts: ", S, 2 * fe, L.activation, "mlp", "width"),
+        _Saved("experts: activation output", "mlp", 2 * S * fe, "width"),
+        _Saved("experts: down input (activation × up)", "mlp", 2 * S * fe, "width"),
+        _Saved("experts: routing weights", "mlp", S * impl.routing_weight_bytes, "none"),
+        _Saved("experts: down output (multiplied by the routing weight)", "mlp", 2 * S * h, "none"),
+        _Saved("experts: sort, gather and unsort indices (int64)", "mlp", 3 * 8 * S, "none"),
+        _Saved("experts: group offsets (int32)", "mlp", 4 * E, "none"),
+    ]
     fs = L.shared_intermediate_size
     if fs:
         out += _gated_mlp("shared experts: ", T, fs, L.activation)
         if L.shared_expert_gate:
-            out += [_Saved("shared expert gate: sigmoid (bf16)", "mlp", 2 * T, "seq"),
-                    _Saved("shared expert gate: shared output it multiplies", "mlp", 2 * T * h, "seq")]
+            out += [
+                _Saved("shared expert gate: sigmoid (bf16)", "mlp", 2 * T, "seq"),
+                _Saved("shared expert gate: shared output it multiplies", "mlp", 2 * T * h, "seq"),
+            ]
     return out
 
 
-def _attention_core(L: LayerSpec, s: int, b: int, impl: Implementation, attention: str, device: str,
-                    q_bytes: float, k_store: float, v_store: float, q_head_major: bool) -> list[_Saved]:
+def _attention_core(
+    L: LayerSpec,
+    s: int,
+    b: int,
+    impl: Implementation,
+    attention: str,
+    device: str,
+    q_bytes: float,
+    k_store: float,
+    v_store: float,
+    q_head_major: bool,
+) -> list[_Saved]:
     """From q, k, v after rotary (storages ``q_bytes``, ``k_store``, ``v_store``) to the output before o_proj."""
     a, kv, d = L.num_heads, L.num_kv_heads or L.num_heads, L.head_dim
     dv = L.v_head_dim or d
     T, scores = s * b, b * L.num_heads * s * s
-    inputs = [_Saved("core input q (after rotary)", "mixer", q_bytes, "width"),
-              _Saved("core input k", "mixer", k_store, "width"),
-              _Saved("core input v", "mixer", v_store, "width")]
+    inputs = [
+        _Saved("core input q (after rotary)", "mixer", q_bytes, "width"),
+        _Saved("core input k", "mixer", k_store, "width"),
+        _Saved("core input v", "mixer", v_store, "width"),
+    ]
     out_bytes = 2 * T * a * dv
     if attention == "eager":
         if not impl.eager_softmax_fp32:
             probs = [_Saved("eager: softmax output (bf16)", "mixer", 2 * scores, "width", "not_selective")]
         else:
-            probs = [_Saved("eager: softmax output (fp32)", "mixer", 4 * scores, "width", "not_selective"),
-                     _Saved("eager: probabilities cast to bf16", "mixer", 2 * scores, "width", "not_selective")]
+            probs = [
+                _Saved("eager: softmax output (fp32)", "mixer", 4 * scores, "width", "not_selective"),
+                _Saved("eager: probabilities cast to bf16", "mixer", 2 * scores, "width", "not_selective"),
+            ]
         if L.attn_logit_softcapping is not None:
-            probs.insert(0, _Saved("eager: softcapped scores, tanh (bf16)", "mixer", 2 * scores, "width",
-                                   "not_selective"))
+            probs.insert(
+                0, _Saved("eager: softcapped scores, tanh (bf16)", "mixer", 2 * scores, "width", "not_selective")
+            )
         # torch.matmul folds (b, a) into one batch dimension: a view when b = 1 (then, without GQA, the saved q, k
         # and v are the inputs' storages, e.g. all of MLA's kv_b output), a copy otherwise
         views = b == 1 and a == kv
         qe, ke, ve = (q_bytes, k_store, v_store) if views else (2 * T * a * d, 2 * T * a * d, 2 * T * a * dv)
-        return [_Saved("eager: q as the score matmul reads it", "mixer", qe, "width", "not_selective"),
-                _Saved("eager: k as the score matmul reads it (a heads)", "mixer", ke, "width", "not_selective"),
-                *probs,
-                _Saved("eager: v as the output matmul reads it (a heads)", "mixer", ve, "width", "not_selective"),
-                _Saved("attention output, transposed to token-major (a copy)", "mixer", out_bytes, "width"),
-                *[replace(t, when="selective") for t in inputs]]
+        return [
+            _Saved("eager: q as the score matmul reads it", "mixer", qe, "width", "not_selective"),
+            _Saved("eager: k as the score matmul reads it (a heads)", "mixer", ke, "width", "not_selective"),
+            *probs,
+            _Saved("eager: v as the output matmul reads it (a heads)", "mixer", ve, "width", "not_selective"),
+            _Saved("attention output, transposed to token-major (a copy)", "mixer", out_bytes, "width"),
+            *[replace(t, when="selective") for t in inputs],
+        ]
     if not impl.sdpa:
         raise ValueError(f"family {impl.family!r} has no SDPA in transformers 5.23.0: use attention='eager'")
     mask = L.sliding_window is not None and s >= L.sliding_window
@@ -422,19 +481,24 @@ def _attention_core(L: LayerSpec, s: int, b: int, impl: Implementation, attentio
         kernel = "flash" if d == dv and not mask else "efficient"
     out: list[_Saved] = []
     if kernel == "math":
-        out += [_Saved("sdpa math: q upcast to fp32 (scaled)", "mixer", 4 * T * a * d, "width", "not_selective"),
-                _Saved("sdpa math: k upcast to fp32 (scaled)", "mixer", 4 * T * a * d, "width", "not_selective"),
-                _Saved("sdpa math: softmax (fp32)", "mixer", 4 * scores, "width", "not_selective"),
-                _Saved("sdpa math: v upcast to fp32", "mixer", 4 * T * a * dv, "width", "not_selective"),
-                _Saved("attention output, transposed to token-major (a copy)", "mixer", out_bytes, "width"),
-                *[replace(t, when="selective") for t in inputs]]
+        out += [
+            _Saved("sdpa math: q upcast to fp32 (scaled)", "mixer", 4 * T * a * d, "width", "not_selective"),
+            _Saved("sdpa math: k upcast to fp32 (scaled)", "mixer", 4 * T * a * d, "width", "not_selective"),
+            _Saved("sdpa math: softmax (fp32)", "mixer", 4 * scores, "width", "not_selective"),
+            _Saved("sdpa math: v upcast to fp32", "mixer", 4 * T * a * dv, "width", "not_selective"),
+            _Saved("attention output, transposed to token-major (a copy)", "mixer", out_bytes, "width"),
+            *[replace(t, when="selective") for t in inputs],
+        ]
     else:
         out.append(replace(inputs[0], name="sdpa: q (after rotary)"))
         for t, heads_d in ((inputs[1], d), (inputs[2], dv)):
             which = t.name[-1]
             if repeat:
-                out.append(_Saved(f"sdpa: {which} repeated to {a} heads", "mixer", 2 * T * a * heads_d, "width",
-                                  "not_selective"))
+                out.append(
+                    _Saved(
+                        f"sdpa: {which} repeated to {a} heads", "mixer", 2 * T * a * heads_d, "width", "not_selective"
+                    )
+                )
                 out.append(replace(t, when="selective"))
             else:
                 out.append(replace(t, name=f"sdpa: {which}"))
@@ -445,13 +509,13 @@ def _attention_core(L: LayerSpec, s: int, b: int, impl: Implementation, attentio
         rows = s if kernel == "flash" else math.ceil(s / LSE_ALIGN_CUDA) * LSE_ALIGN_CUDA
         out.append(_Saved("sdpa: logsumexp (fp32)", "mixer", 4 * b * a * rows, "width", "not_selective"))
     if mask:
-        out.append(_Saved("sdpa: sliding-window mask converted to bf16", "mixer", 2 * b * s * s, "none",
-                          "not_selective"))
+        out.append(
+            _Saved("sdpa: sliding-window mask converted to bf16", "mixer", 2 * b * s * s, "none", "not_selective")
+        )
     return out
 
 
-def _attention(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: str,
-               device: str) -> list[_Saved]:
+def _attention(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: str, device: str) -> list[_Saved]:
     a, kv, d = L.num_heads, L.num_kv_heads or L.num_heads, L.head_dim
     dv = L.v_head_dim or d
     if not (a and d):
@@ -476,12 +540,18 @@ def _attention(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, atten
         q, k, v = 2 * T * a * d, 2 * T * kv * d, 2 * T * kv * dv
     core = _attention_core(L, s, b, impl, attention, device, q, k, v, impl.rotary_cat)
     if impl.qkv == "fused_views":  # name the one storage behind q, k and v
-        core = [replace(t, name=t.name[:-1] + "q, k, v (views of the fused qkv output)")
-                if t.name in ("sdpa: v", "core input v") else t for t in core]
+        core = [
+            replace(t, name=t.name[:-1] + "q, k, v (views of the fused qkv output)")
+            if t.name in ("sdpa: v", "core input v")
+            else t
+            for t in core
+        ]
     out += core
     if L.output_gate:
-        out += [_Saved("output gate: sigmoid (bf16)", "mixer", 2 * T * a * dv, "width"),
-                _Saved("o_proj input (gated output)", "mixer", 2 * T * a * dv, "width")]
+        out += [
+            _Saved("output gate: sigmoid (bf16)", "mixer", 2 * T * a * dv, "width"),
+            _Saved("o_proj input (gated output)", "mixer", 2 * T * a * dv, "width"),
+        ]
     return out
 
 
@@ -497,17 +567,25 @@ def _mla(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: 
     out += _norm("kv_a_layernorm", T, L.kv_lora_rank, impl, "mixer", "seq", device)
     out.append(_Saved("kv_b_proj input", "mixer", 2 * T * L.kv_lora_rank, "seq"))
     core_layer = replace(L, num_kv_heads=a, head_dim=d, v_head_dim=dv)
-    out += _attention_core(core_layer, s, b, impl, attention, device, 2 * T * a * d, 2 * T * a * d,
-                           2 * T * a * (nope + dv), True)
+    out += _attention_core(
+        core_layer, s, b, impl, attention, device, 2 * T * a * d, 2 * T * a * d, 2 * T * a * (nope + dv), True
+    )
     return out
 
 
 def _gated_deltanet(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, device: str) -> list[_Saved]:
-    nk, nv, dk, dv, K = (L.linear_num_key_heads, L.linear_num_value_heads, L.linear_key_head_dim,
-                         L.linear_value_head_dim, L.linear_conv_kernel)
+    nk, nv, dk, dv, K = (
+        L.linear_num_key_heads,
+        L.linear_num_value_heads,
+        L.linear_key_head_dim,
+        L.linear_value_head_dim,
+        L.linear_conv_kernel,
+    )
     if not (nk and nv and dk and dv and K):
-        raise ValueError("linear-attention layer needs linear_num_key_heads, linear_num_value_heads, "
-                         "linear_key_head_dim, linear_value_head_dim and linear_conv_kernel")
+        raise ValueError(
+            "linear-attention layer needs linear_num_key_heads, linear_num_value_heads, "
+            "linear_key_head_dim, linear_value_head_dim and linear_conv_kernel"
+        )
     if nv % nk:
         raise ValueError(f"linear_num_key_heads={nk} does not divide linear_num_value_heads={nv}")
     T, C = s * b, GDN_CHUNK
@@ -522,8 +600,12 @@ def _gated_deltanet(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, 
     return [
         _Saved("linear-attention input (saved by in_proj_qkv, z, b, a)", "mixer", 2 * T * h, "seq"),
         _Saved("conv1d input (in_proj_qkv output)", "mixer", 2 * T * conv, "width"),
-        _Saved(f"conv1d output before the causal slice (silu input, s + {K - 1} positions)", "mixer",
-               2 * b * conv * (s + K - 1), "width"),
+        _Saved(
+            f"conv1d output before the causal slice (silu input, s + {K - 1} positions)",
+            "mixer",
+            2 * b * conv * (s + K - 1),
+            "width",
+        ),
         _Saved("beta = sigmoid(b) (bf16)", "mixer", 2 * T * nv, "width"),
         _Saved("exp(A_log) and its negation (fp32)", "mixer", 2 * 4 * nv, "width"),
         _Saved("softplus input and output (fp32)", "mixer", 2 * 4 * T * nv, "width"),
@@ -537,8 +619,9 @@ def _gated_deltanet(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, 
         core("q padded and scaled (fp32)", 4 * P * dk),
         core("k·beta (fp32)", 4 * P * dk),
         core(f"strictly upper {C}×{C} mask (bool)", C * C),
-        core(f"five {C}-wide chunk matrices: decay, k·βkᵀ, qkᵀ, UT system, intra-chunk attention (fp32)",
-             5 * 4 * P * C),
+        core(
+            f"five {C}-wide chunk matrices: decay, k·βkᵀ, qkᵀ, UT system, intra-chunk attention (fp32)", 5 * 4 * P * C
+        ),
         core("triangular-solve results: new values and k_cumdecay (fp32)", 4 * P * (dv + dk)),
         core(f"recurrent state before each of the {n} chunks (fp32)", 4 * n * b * nv * dk * dv),
         core("v_new per chunk (fp32)", 4 * P * dv),
@@ -567,20 +650,27 @@ def _check_tp(L: LayerSpec, tp: int) -> None:
         return
     checks = []
     if L.mixer in ("attention", "mla"):
-        checks += [(L.num_heads, "attention heads"),
-                   (L.num_kv_heads if L.mixer == "attention" else L.num_heads, "KV heads")]
+        checks += [
+            (L.num_heads, "attention heads"),
+            (L.num_kv_heads if L.mixer == "attention" else L.num_heads, "KV heads"),
+        ]
     if L.mixer == "linear_attention":
-        checks += [(L.linear_num_key_heads, "linear-attention key heads"),
-                   (L.linear_num_value_heads, "linear-attention value heads")]
-    checks += [(L.expert_intermediate_size or L.intermediate_size if L.is_moe else L.intermediate_size,
-                "MLP channels"), (L.shared_intermediate_size, "shared-expert channels")]
+        checks += [
+            (L.linear_num_key_heads, "linear-attention key heads"),
+            (L.linear_num_value_heads, "linear-attention value heads"),
+        ]
+    checks += [
+        (L.expert_intermediate_size or L.intermediate_size if L.is_moe else L.intermediate_size, "MLP channels"),
+        (L.shared_intermediate_size, "shared-expert channels"),
+    ]
     for count, what in checks:
         if count and count % tp:
             raise ValueError(f"tp={tp} does not divide {count} {what}")
 
 
-def _layer_saved(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: str, recompute: str,
-                 device: str) -> list[_Saved]:
+def _layer_saved(
+    L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: str, recompute: str, device: str
+) -> list[_Saved]:
     T = s * b
     if recompute == "full":
         return [_Saved("layer input (kept by the layer checkpoint)", "layer", 2 * T * h, "seq")]
@@ -603,9 +693,20 @@ def _layer_saved(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, att
     return [t for t in out if t.when in keep and t.nbytes]
 
 
-def layer_terms(layer: LayerSpec, hidden_size: int, seq: int, batch: int, *, family: str | Implementation,
-                attention: str = "sdpa", recompute: str = "none", tp: int = 1, sp: bool | None = None,
-                device: str = "cpu", act_bytes: int = 2) -> tuple[Term, ...]:
+def layer_terms(
+    layer: LayerSpec,
+    hidden_size: int,
+    seq: int,
+    batch: int,
+    *,
+    family: str | Implementation,
+    attention: str = "sdpa",
+    recompute: str = "none",
+    tp: int = 1,
+    sp: bool | None = None,
+    device: str = "cpu",
+    act_bytes: int = 2,
+) -> tuple[Term, ...]:
     """The tensors one decoder layer saves for one micro-batch on one GPU, as named ``Term``s (bytes).
 
     Args:
@@ -623,16 +724,43 @@ def layer_terms(layer: LayerSpec, hidden_size: int, seq: int, batch: int, *, fam
     _check_tp(layer, tp)
     sp = tp > 1 if sp is None else sp
     impl = _impl(family)
-    return tuple(Term(t.name, t.part, t.nbytes / _tp_divisor(t.split, tp, sp), t.split)
-                 for t in _layer_saved(layer, hidden_size, seq, batch, impl, attention, recompute, device))
+    return tuple(
+        Term(t.name, t.part, t.nbytes / _tp_divisor(t.split, tp, sp), t.split)
+        for t in _layer_saved(layer, hidden_size, seq, batch, impl, attention, recompute, device)
+    )
 
 
-def layer_bytes(layer: LayerSpec, hidden_size: int, seq: int, batch: int, *, family: str | Implementation,
-                attention: str = "sdpa", recompute: str = "none", tp: int = 1, sp: bool | None = None,
-                device: str = "cpu", act_bytes: int = 2) -> float:
+def layer_bytes(
+    layer: LayerSpec,
+    hidden_size: int,
+    seq: int,
+    batch: int,
+    *,
+    family: str | Implementation,
+    attention: str = "sdpa",
+    recompute: str = "none",
+    tp: int = 1,
+    sp: bool | None = None,
+    device: str = "cpu",
+    act_bytes: int = 2,
+) -> float:
     """Bytes one decoder layer saves for one micro-batch on one GPU: the sum of ``layer_terms``."""
-    return sum(t.nbytes for t in layer_terms(layer, hidden_size, seq, batch, family=family, attention=attention,
-                                             recompute=recompute, tp=tp, sp=sp, device=device, act_bytes=act_bytes))
+    return sum(
+        t.nbytes
+        for t in layer_terms(
+            layer,
+            hidden_size,
+            seq,
+            batch,
+            family=family,
+            attention=attention,
+            recompute=recompute,
+            tp=tp,
+            sp=sp,
+            device=device,
+            act_bytes=act_bytes,
+        )
+    )
 
 
 def layer_breakdown(layer: LayerSpec, hidden_size: int, seq: int, batch: int, **kwargs: Any) -> dict[str, float]:
@@ -643,9 +771,21 @@ def layer_breakdown(layer: LayerSpec, hidden_size: int, seq: int, batch: int, **
     return out
 
 
-def model_level_terms(layers: Sequence[LayerSpec], hidden_size: int, vocab_size: int, seq: int, batch: int, *,
-                      family: str | Implementation, attention: str = "sdpa", recompute: str = "none", tp: int = 1,
-                      sp: bool | None = None, device: str = "cpu", act_bytes: int = 2) -> tuple[Term, ...]:
+def model_level_terms(
+    layers: Sequence[LayerSpec],
+    hidden_size: int,
+    vocab_size: int,
+    seq: int,
+    batch: int,
+    *,
+    family: str | Implementation,
+    attention: str = "sdpa",
+    recompute: str = "none",
+    tp: int = 1,
+    sp: bool | None = None,
+    device: str = "cpu",
+    act_bytes: int = 2,
+) -> tuple[Term, ...]:
     """What the model saves outside its decoder layers, for one micro-batch on one GPU (bytes).
 
     Parts: ``embedding`` (token ids, int64; GPT-2's position ids; Gemma's scale), ``rotary`` (cos/sin, once),
@@ -669,10 +809,17 @@ def model_level_terms(layers: Sequence[LayerSpec], hidden_size: int, vocab_size:
         rows = b * s if impl.rotary_per_sample else s
         L0 = rotating[0]
         dim = L0.qk_rope_head_dim if L0.mixer == "mla" else int(L0.head_dim * impl.partial_rotary_factor)
-        table = rows * dim / 2 * 8 if impl.rotary == "complex64" else 2 * rows * dim * (4 if impl.rotary == "fp32"
-                                                                                          else 2)
-        out.append(_Saved(f"rotary cos/sin ({len(kinds)} table{'s' if len(kinds) > 1 else ''})", "rotary",
-                          len(kinds) * table, "none"))
+        table = (
+            rows * dim / 2 * 8 if impl.rotary == "complex64" else 2 * rows * dim * (4 if impl.rotary == "fp32" else 2)
+        )
+        out.append(
+            _Saved(
+                f"rotary cos/sin ({len(kinds)} table{'s' if len(kinds) > 1 else ''})",
+                "rotary",
+                len(kinds) * table,
+                "none",
+            )
+        )
     if recompute == "selective":
         if attention == "eager":
             masks = {L.sliding_window for L in rotating}
@@ -682,16 +829,24 @@ def model_level_terms(layers: Sequence[LayerSpec], hidden_size: int, vocab_size:
             nbytes = 1
         if masks:
             rows = b if attention == "eager" else 1
-            out.append(_Saved(f"attention masks kept by the checkpointed cores ({len(masks)})", "shared",
-                              len(masks) * nbytes * rows * s * s, "none"))
+            out.append(
+                _Saved(
+                    f"attention masks kept by the checkpointed cores ({len(masks)})",
+                    "shared",
+                    len(masks) * nbytes * rows * s * s,
+                    "none",
+                )
+            )
     out += _norm("final norm", T, h, impl, "final_norm", "seq", device)
     out.append(_Saved("lm_head input (final norm output)", "head", 2 * T * h, "seq"))
     if impl.final_softcap:
         out.append(_Saved("final logit softcap: tanh (bf16)", "logits", 2 * T * V, "width"))
     out.append(_Saved("log_softmax of the fp32 logits (cross-entropy)", "logits", 4 * T * V, "width"))
     # labels padded to s + 1 then sliced (loss_utils.py:65-66): the slice is contiguous, hence not copied, when b = 1
-    out += [_Saved("shifted labels (int64)", "loss", 8 * (s + 1) if b == 1 else 8 * T, "none"),
-            _Saved("nll_loss total_weight (fp32)", "loss", 4, "none")]
+    out += [
+        _Saved("shifted labels (int64)", "loss", 8 * (s + 1) if b == 1 else 8 * T, "none"),
+        _Saved("nll_loss total_weight (fp32)", "loss", 4, "none"),
+    ]
     return tuple(Term(t.name, t.part, t.nbytes / _tp_divisor(t.split, tp, sp), t.split) for t in out)
 
 
@@ -726,21 +881,59 @@ class ModelActivations:
         return out
 
 
-def model_activations(layers: Sequence[LayerSpec], hidden_size: int, vocab_size: int, seq: int, batch: int, *,
-                      family: str | Implementation, attention: str = "sdpa", recompute: str = "none", tp: int = 1,
-                      sp: bool | None = None, device: str = "cpu", act_bytes: int = 2) -> ModelActivations:
+def model_activations(
+    layers: Sequence[LayerSpec],
+    hidden_size: int,
+    vocab_size: int,
+    seq: int,
+    batch: int,
+    *,
+    family: str | Implementation,
+    attention: str = "sdpa",
+    recompute: str = "none",
+    tp: int = 1,
+    sp: bool | None = None,
+    device: str = "cpu",
+    act_bytes: int = 2,
+) -> ModelActivations:
     """The whole ledger: every decoder layer's terms plus the model-level terms (one micro-batch, one GPU)."""
-    per_layer = tuple(layer_terms(L, hidden_size, seq, batch, family=family, attention=attention,
-                                  recompute=recompute, tp=tp, sp=sp, device=device, act_bytes=act_bytes)
-                      for L in layers)
-    model = model_level_terms(layers, hidden_size, vocab_size, seq, batch, family=family, attention=attention,
-                              recompute=recompute, tp=tp, sp=sp, device=device, act_bytes=act_bytes)
+    per_layer = tuple(
+        layer_terms(
+            L,
+            hidden_size,
+            seq,
+            batch,
+            family=family,
+            attention=attention,
+            recompute=recompute,
+            tp=tp,
+            sp=sp,
+            device=device,
+            act_bytes=act_bytes,
+        )
+        for L in layers
+    )
+    model = model_level_terms(
+        layers,
+        hidden_size,
+        vocab_size,
+        seq,
+        batch,
+        family=family,
+        attention=attention,
+        recompute=recompute,
+        tp=tp,
+        sp=sp,
+        device=device,
+        act_bytes=act_bytes,
+    )
     total = sum(t.nbytes for terms in per_layer for t in terms) + sum(t.nbytes for t in model)
     return ModelActivations(per_layer, model, total, 2 * seq * batch * vocab_size / tp)
 
 
-def spec_activations(spec: ModelSpec, seq: int, batch: int, *, config: Mapping[str, Any] | None = None,
-                     **kwargs: Any) -> ModelActivations:
+def spec_activations(
+    spec: ModelSpec, seq: int, batch: int, *, config: Mapping[str, Any] | None = None, **kwargs: Any
+) -> ModelActivations:
     """``model_activations`` for a ``ModelSpec``: its ``layers``, its family's ``Implementation`` (config-dependent
     choices read from ``config`` when given, the final softcap from the spec).
 
@@ -760,17 +953,49 @@ _LAST_PARTS = ("final_norm", "head", "logits", "loss")
 
 
 @lru_cache(maxsize=65536)
-def _layer_bytes_cached(layer: LayerSpec, h: int, s: int, b: int, impl: Implementation, recompute: str, tp: int,
-                        sp: bool, device: str) -> float:
-    return layer_bytes(layer, h, s, b, family=impl, attention="sdpa" if impl.sdpa else "eager", recompute=recompute,
-                       tp=tp, sp=sp, device=device)
+def _layer_bytes_cached(
+    layer: LayerSpec, h: int, s: int, b: int, impl: Implementation, recompute: str, tp: int, sp: bool, device: str
+) -> float:
+    return layer_bytes(
+        layer,
+        h,
+        s,
+        b,
+        family=impl,
+        attention="sdpa" if impl.sdpa else "eager",
+        recompute=recompute,
+        tp=tp,
+        sp=sp,
+        device=device,
+    )
 
 
 @lru_cache(maxsize=4096)
-def _model_parts_cached(layers: tuple[LayerSpec, ...], h: int, vocab: int, s: int, b: int, impl: Implementation,
-                        recompute: str, tp: int, sp: bool, device: str) -> tuple[float, float]:
-    terms = model_level_terms(layers, h, vocab, s, b, family=impl, attention="sdpa" if impl.sdpa else "eager",
-                              recompute=recompute, tp=tp, sp=sp, device=device)
+def _model_parts_cached(
+    layers: tuple[LayerSpec, ...],
+    h: int,
+    vocab: int,
+    s: int,
+    b: int,
+    impl: Implementation,
+    recompute: str,
+    tp: int,
+    sp: bool,
+    device: str,
+) -> tuple[float, float]:
+    terms = model_level_terms(
+        layers,
+        h,
+        vocab,
+        s,
+        b,
+        family=impl,
+        attention="sdpa" if impl.sdpa else "eager",
+        recompute=recompute,
+        tp=tp,
+        sp=sp,
+        device=device,
+    )
     first = sum(t.nbytes for t in terms if t.part in _FIRST_PARTS)
     last = sum(t.nbytes for t in terms if t.part in _LAST_PARTS)
     return first, last
@@ -784,9 +1009,19 @@ def spec_implementation(spec: ModelSpec) -> Implementation:
     return replace(implementation(spec.family), final_softcap=spec.final_logit_softcapping is not None)
 
 
-def stage_bytes(spec: ModelSpec, layers: range, seq: int, batch: int, *, recompute: str = "none", tp: int = 1,
-                sp: bool | None = None, first: bool = False, last: bool = False,
-                device: str = "cuda") -> tuple[float, float]:
+def stage_bytes(
+    spec: ModelSpec,
+    layers: range,
+    seq: int,
+    batch: int,
+    *,
+    recompute: str = "none",
+    tp: int = 1,
+    sp: bool | None = None,
+    first: bool = False,
+    last: bool = False,
+    device: str = "cuda",
+) -> tuple[float, float]:
     """(bytes of the decoder layers ``layers``, bytes outside the layers) one micro-batch leaves on one GPU of a
     pipeline stage: the first stage also keeps the token ids, the rotary tables and the shared masks; the last the
     final norm, lm_head's input, the fp32 logits and the loss. ``device="cuda"`` by default: a plan prices a GPU run
@@ -805,7 +1040,7 @@ def stage_bytes(spec: ModelSpec, layers: range, seq: int, batch: int, *, recompu
     sp = tp > 1 if sp is None else sp
     key = (id(spec.layers), layers.start, layers.stop, layers.step, seq, batch, recompute, tp, sp, first, last, device)
     hit = _STAGE_CACHE.get(key)
-    if hit is not None and hit[0] is spec.layers:   # the layers tuple is kept alive, so its id is not reused
+    if hit is not None and hit[0] is spec.layers:  # the layers tuple is kept alive, so its id is not reused
         return hit[1]
     impl = spec_implementation(spec)
     h = spec.hidden_size

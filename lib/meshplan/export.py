@@ -34,18 +34,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from .dims import parse_order
-from .resources import DATA_DIR
 from .plan import Plan
+from .resources import DATA_DIR
 
 ENGINES_DIR = DATA_DIR / "engines"
 FORMATS = ("megatron", "torchtitan")
 ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2"}  # the ledger each export is priced in
 
 
-@lru_cache(maxsize=None)
+@cache
 def engine_file(name: str) -> dict:
     """The data file of an engine (``megatron-lm``, ``torchtitan``, ``torchrun``): version, source, options."""
     path = ENGINES_DIR / f"{name}.json"
@@ -78,7 +78,7 @@ class MegatronExport:
 
     def command(self) -> str:
         """The shell command, one flag per line."""
-        lines = [" ".join(self.torchrun + [engine_file("megatron-lm")["script"]])]
+        lines = [" ".join([*self.torchrun, engine_file("megatron-lm")["script"]])]
         lines += [f"    {f}" + (f" {v}" if v is not None else "") for f, v in self.flags]
         out = " \\\n".join(lines)
         return "\n".join([f"# note: {n}" for n in self.notes] + [out])
@@ -109,8 +109,12 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
         f += [("--multi-latent-attention", None), ("--num-attention-heads", first.num_heads)]
         if first.q_lora_rank:
             f.append(("--q-lora-rank", first.q_lora_rank))
-        f += [("--kv-lora-rank", first.kv_lora_rank), ("--qk-head-dim", first.qk_nope_head_dim),
-              ("--qk-pos-emb-head-dim", first.qk_rope_head_dim), ("--v-head-dim", first.v_head_dim)]
+        f += [
+            ("--kv-lora-rank", first.kv_lora_rank),
+            ("--qk-head-dim", first.qk_nope_head_dim),
+            ("--qk-pos-emb-head-dim", first.qk_rope_head_dim),
+            ("--v-head-dim", first.v_head_dim),
+        ]
     else:
         f.append(("--num-attention-heads", first.num_heads))
         if first.head_dim * first.num_heads != m.hidden_size:
@@ -118,8 +122,10 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
         if first.num_kv_heads != first.num_heads:
             f += [("--group-query-attention", None), ("--num-query-groups", first.num_kv_heads)]
     if any(L.mixer == "linear_attention" for L in layers):
-        notes.append(f"{m.name}'s linear-attention (Gated DeltaNet) layers have no pretrain_gpt.py flag at this "
-                     "Megatron-LM commit: the flags describe softmax attention in every layer")
+        notes.append(
+            f"{m.name}'s linear-attention (Gated DeltaNet) layers have no pretrain_gpt.py flag at this "
+            "Megatron-LM commit: the flags describe softmax attention in every layer"
+        )
     if any(L.output_gate for L in attn):
         notes.append("the gated attention output (q also yields a sigmoid gate) has no flag at this commit")
     if any(L.qk_norm for L in attn):
@@ -131,8 +137,10 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
         if len(windows) == 1:
             f.append(("--window-size", f"({windows.pop()},0)"))
         else:
-            notes.append("sliding-window and full-attention layers alternate: --window-size applies one window to "
-                         "every layer; set the pattern by hand")
+            notes.append(
+                "sliding-window and full-attention layers alternate: --window-size applies one window to "
+                "every layer; set the pattern by hand"
+            )
     biases = {(L.qkv_bias, L.o_bias, L.mlp_bias) for L in layers}
     if biases == {(False, False, False)}:
         f.append(("--disable-bias-linear", None))
@@ -154,8 +162,11 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
     moe = [L for L in layers if L.is_moe]
     if moe:
         e = moe[0]
-        f += [("--num-experts", e.num_experts), ("--moe-router-topk", e.experts_per_token),
-              ("--moe-ffn-hidden-size", e.intermediate_size)]
+        f += [
+            ("--num-experts", e.num_experts),
+            ("--moe-router-topk", e.experts_per_token),
+            ("--moe-ffn-hidden-size", e.intermediate_size),
+        ]
         if e.num_shared_experts or e.shared_intermediate_size:
             f.append(("--moe-shared-expert-intermediate-size", e.shared_intermediate_size))
         if e.router_bias:
@@ -182,8 +193,10 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     if axes == ("tp", "cp", "pp", "dp"):
         mapping = [("--use-tp-pp-dp-mapping", None)]
     elif axes != ("tp", "cp", "dp", "pp"):
-        raise ValueError(f"order={plan.order!r}: Megatron-LM ranks are tp-cp-ep-dp-pp (default) or tp-cp-ep-pp-dp "
-                         "(--use-tp-pp-dp-mapping)")
+        raise ValueError(
+            f"order={plan.order!r}: Megatron-LM ranks are tp-cp-ep-dp-pp (default) or tp-cp-ep-pp-dp "
+            "(--use-tp-pp-dp-mapping)"
+        )
     nodes = max(1, plan.gpus // plan.gpus_per_node)
     per_node = min(plan.gpus, plan.gpus_per_node)
     run = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}"]
@@ -193,14 +206,19 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     if plan.layers_per_stage is not None and len(set(plan.layers_per_stage)) > 1:
         lps = plan.layers_per_stage
         if len(set(lps[1:-1])) > 1:
-            raise ValueError(f"layers_per_stage={list(lps)}: Megatron-LM's flags set the first and last stage only; "
-                             "the middle stages must be equal")
+            raise ValueError(
+                f"layers_per_stage={list(lps)}: Megatron-LM's flags set the first and last stage only; "
+                "the middle stages must be equal"
+            )
         flags += [("--decoder-first-pipeline-num-layers", lps[0]), ("--decoder-last-pipeline-num-layers", lps[-1])]
     if plan.virtual_stages > 1:
         if plan.layers_per_stage is not None and len(set(plan.layers_per_stage)) > 1:
-            raise ValueError("virtual_stages > 1 with uneven stages: export the layout by hand "
-                             "(--pipeline-model-parallel-layout)")
-        flags.append(("--num-layers-per-virtual-pipeline-stage", plan.model.num_layers // (plan.pp * plan.virtual_stages)))
+            raise ValueError(
+                "virtual_stages > 1 with uneven stages: export the layout by hand (--pipeline-model-parallel-layout)"
+            )
+        flags.append(
+            ("--num-layers-per-virtual-pipeline-stage", plan.model.num_layers // (plan.pp * plan.virtual_stages))
+        )
     flags.append(("--context-parallel-size", plan.cp))
     if plan.ep > 1:
         flags.append(("--expert-model-parallel-size", plan.ep))
@@ -213,17 +231,22 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     if plan.zero == 1:
         flags.append(("--use-distributed-optimizer", None))
     elif plan.zero in (2, 3):
-        flags += [("--use-megatron-fsdp", None),
-                  ("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params")]
+        flags += [
+            ("--use-megatron-fsdp", None),
+            ("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params"),
+        ]
     if plan.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
     elif plan.recompute == "full":
-        flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
-                  ("--recompute-num-layers", 1)]
+        flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     shape, shape_notes = _shape_flags(plan)
     flags += shape
-    flags += [("--seq-length", plan.seq), ("--micro-batch-size", plan.micro_batch_size),
-              ("--global-batch-size", plan.global_batch), ("--bf16", None)]
+    flags += [
+        ("--seq-length", plan.seq),
+        ("--micro-batch-size", plan.micro_batch_size),
+        ("--global-batch-size", plan.global_batch),
+        ("--bf16", None),
+    ]
     notes += shape_notes
     return MegatronExport(run, [(f, None if v is None else str(v)) for f, v in flags], tuple(notes))
 
@@ -241,21 +264,34 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard}
     if reshard is not None and shard > 1:
         par["fsdp_reshard_after_forward"] = reshard
-    par.update({"tensor_parallel_degree": plan.tp, "pipeline_parallel_degree": plan.pp,
-                "pipeline_parallel_schedule": "Interleaved1F1B" if plan.virtual_stages > 1 else "1F1B",
-                "pipeline_parallel_microbatch_size": plan.micro_batch_size,
-                "context_parallel_degree": plan.cp, "expert_parallel_degree": plan.ep})
+    par.update(
+        {
+            "tensor_parallel_degree": plan.tp,
+            "pipeline_parallel_degree": plan.pp,
+            "pipeline_parallel_schedule": "Interleaved1F1B" if plan.virtual_stages > 1 else "1F1B",
+            "pipeline_parallel_microbatch_size": plan.micro_batch_size,
+            "context_parallel_degree": plan.cp,
+            "expert_parallel_degree": plan.ep,
+        }
+    )
     if plan.ep > 1 and plan.etp != plan.tp:
-        notes.append(f"expert tensor parallelism {plan.etp} (experts not split like the dense layers' TP "
-                     f"{plan.tp}): not among the pinned torchtitan options; set it by hand where supported")
+        notes.append(
+            f"expert tensor parallelism {plan.etp} (experts not split like the dense layers' TP "
+            f"{plan.tp}): not among the pinned torchtitan options; set it by hand where supported"
+        )
     if plan.layers_per_stage is not None or plan.virtual_stages > 1:
-        notes.append("set the layers of each stage with pipeline_parallel_layers_per_stage or "
-                     "module_fqns_per_model_part to match the plan's stages")
+        notes.append(
+            "set the layers of each stage with pipeline_parallel_layers_per_stage or "
+            "module_fqns_per_model_part to match the plan's stages"
+        )
     settings = {
         "parallelism": par,
         "activation_checkpoint": {"mode": plan.recompute},
-        "training": {"local_batch_size": plan.micro_batch_size * plan.micro_batches,
-                     "global_batch_size": plan.global_batch, "seq_len": plan.seq},
+        "training": {
+            "local_batch_size": plan.micro_batch_size * plan.micro_batches,
+            "global_batch_size": plan.global_batch,
+            "seq_len": plan.seq,
+        },
     }
     return settings, tuple(notes)
 
@@ -278,9 +314,11 @@ def price_note(plan: Plan) -> str:
 
     r = evaluate(plan)
     verdict = "fits" if r.fits else "does NOT fit"
-    return (f"memory per GPU in the {plan.accounting.name} ledger: {fmt_gb(r.memory_bytes['total'])} "
-            f"({fmt_gb(r.memory_bytes['model_states'])} model states + {fmt_gb(r.memory_bytes['activations'])} "
-            f"activations), {verdict} in {fmt_gb(plan.gpu_memory_bytes, 0)}")
+    return (
+        f"memory per GPU in the {plan.accounting.name} ledger: {fmt_gb(r.memory_bytes['total'])} "
+        f"({fmt_gb(r.memory_bytes['model_states'])} model states + {fmt_gb(r.memory_bytes['activations'])} "
+        f"activations), {verdict} in {fmt_gb(plan.gpu_memory_bytes, 0)}"
+    )
 
 
 def export_text(plan: Plan, fmt: str) -> str:

@@ -31,8 +31,8 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from .mesh import AXES, DEFAULT_ORDER, Mesh, check_nodes
 from .dims import ParallelDims
+from .mesh import AXES, DEFAULT_ORDER, Mesh, check_nodes
 from .widgets.base import LiveControls, StaticWidget, text_on
 
 AXIS_COLOURS = {"tp": "#1f77b4", "cp": "#2ca02c", "pp": "#ff7f0e", "dp": "#9467bd"}
@@ -58,15 +58,20 @@ def nodes_spanned(mesh: Mesh, rank: int, axis: str) -> int:
     return len({mesh.node(r) for r in mesh.group(rank, axis)})
 
 
-def combination(gpus: int, tp: int, cp: int, pp: int, order: str = DEFAULT_ORDER, gpus_per_node: int = 8,
-                ep: int = 1) -> dict:
+def combination(
+    gpus: int, tp: int, cp: int, pp: int, order: str = DEFAULT_ORDER, gpus_per_node: int = 8, ep: int = 1
+) -> dict:
     """What the page carries for one slider combination: sizes, strides and links (ValueError if the mesh
     is invalid: tp × cp × pp must divide gpus, gpus_per_node must divide gpus beyond one node)."""
-    dims = ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp, ep=ep, order=order)   # the one validation of a shape
+    dims = ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp, ep=ep, order=order)  # the one validation of a shape
     check_nodes(gpus, gpus_per_node)
     mesh = Mesh.from_dims(dims, gpus_per_node)
-    return {"sizes": {a: mesh.sizes[a] for a in AXES}, "strides": dict(mesh.strides),
-            "links": {a: mesh.link(a) for a in AXES}, "gpn": gpus_per_node}
+    return {
+        "sizes": {a: mesh.sizes[a] for a in AXES},
+        "strides": dict(mesh.strides),
+        "links": {a: mesh.link(a) for a in AXES},
+        "gpn": gpus_per_node,
+    }
 
 
 def _plan_summary(model, gpus, tp, cp, pp, order, gpn, plan_kw) -> str:
@@ -74,8 +79,10 @@ def _plan_summary(model, gpus, tp, cp, pp, order, gpn, plan_kw) -> str:
     (``reporting.summary_line``, the formatter the command line and the book use)."""
     from .plan import Plan, evaluate
     from .reporting import summary_line
-    return summary_line(evaluate(Plan.create(model, gpus=gpus, tp=tp, cp=cp, pp=pp, order=order, gpus_per_node=gpn,
-                                             **plan_kw)))
+
+    return summary_line(
+        evaluate(Plan.create(model, gpus=gpus, tp=tp, cp=cp, pp=pp, order=order, gpus_per_node=gpn, **plan_kw))
+    )
 
 
 class DeviceGrid(StaticWidget):
@@ -97,20 +104,39 @@ class DeviceGrid(StaticWidget):
     what = "grid"
     id_prefix = "mp-grid-"
     max_combinations = MAX_COMBINATIONS
-    LABELS: ClassVar[dict[str, str]] = {"tp": "TP", "cp": "CP", "pp": "PP", "order": "axis order (inner → outer)",
-              "gpus_per_node": "GPUs per node"}
+    LABELS: ClassVar[dict[str, str]] = {
+        "tp": "TP",
+        "cp": "CP",
+        "pp": "PP",
+        "order": "axis order (inner → outer)",
+        "gpus_per_node": "GPUs per node",
+    }
 
-    def __init__(self, id: str, gpus: int, tp: Sequence[int] = (1, 2, 4, 8), cp: Sequence[int] = (1, 2, 4, 8),
-                 pp: Sequence[int] = (1, 2, 4, 8), orders: Sequence[str] = ORDERS,
-                 gpus_per_node: Sequence[int] = (8, 4), defaults: Mapping | None = None, rank: int = 0,
-                 model: str | None = None, plan_kw: Mapping | None = None):
+    def __init__(
+        self,
+        id: str,
+        gpus: int,
+        tp: Sequence[int] = (1, 2, 4, 8),
+        cp: Sequence[int] = (1, 2, 4, 8),
+        pp: Sequence[int] = (1, 2, 4, 8),
+        orders: Sequence[str] = ORDERS,
+        gpus_per_node: Sequence[int] = (8, 4),
+        defaults: Mapping | None = None,
+        rank: int = 0,
+        model: str | None = None,
+        plan_kw: Mapping | None = None,
+    ):
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise ValueError(f"gpus={gpus!r} must be a positive integer")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < gpus:
             raise ValueError(f"rank={rank} is not in 0..{gpus - 1}")
         self.gpus, self.rank, self.model, self.plan_kw = gpus, rank, model, dict(plan_kw or {})
-        super().__init__(id, {"tp": tp, "cp": cp, "pp": pp, "order": orders, "gpus_per_node": gpus_per_node},
-                         labels=self.LABELS, defaults=defaults)
+        super().__init__(
+            id,
+            {"tp": tp, "cp": cp, "pp": pp, "order": orders, "gpus_per_node": gpus_per_node},
+            labels=self.LABELS,
+            defaults=defaults,
+        )
 
     # ------------------------------------------------------------------ the library's values
     def entry(self, tp, cp, pp, order, gpus_per_node) -> dict:
@@ -121,8 +147,7 @@ class DeviceGrid(StaticWidget):
             return {"error": str(exc)}
         if self.model is not None:
             try:
-                out["summary"] = _plan_summary(self.model, self.gpus, tp, cp, pp, order, gpus_per_node,
-                                               self.plan_kw)
+                out["summary"] = _plan_summary(self.model, self.gpus, tp, cp, pp, order, gpus_per_node, self.plan_kw)
             except ValueError as exc:
                 out["summary"] = f"Not a valid plan for {self.model}: {exc}"
         return out
@@ -133,22 +158,34 @@ class DeviceGrid(StaticWidget):
 
     # ------------------------------------------------------------------ static HTML
     def payload(self) -> dict[str, Any]:
-        return {**super().payload(), "gpus": self.gpus, "rank": self.rank, "colours": AXIS_COLOURS,
-                "textColours": AXIS_TEXT, "axisNames": AXIS_NAMES,
-                "linkNames": {k: v for k, v in LINK_NAMES.items() if k is not None}}
+        return {
+            **super().payload(),
+            "gpus": self.gpus,
+            "rank": self.rank,
+            "colours": AXIS_COLOURS,
+            "textColours": AXIS_TEXT,
+            "axisNames": AXIS_NAMES,
+            "linkNames": {k: v for k, v in LINK_NAMES.items() if k is not None},
+        }
 
     def header_html(self) -> str:
-        return (f"<p><strong>Device grid, {self.gpus:,} GPUs.</strong> Click a GPU: its TP group, CP group, "
-                f"pipeline and DP group light up, each in its own colour. DP = GPUs ÷ (TP × CP × PP).</p>")
+        return (
+            f"<p><strong>Device grid, {self.gpus:,} GPUs.</strong> Click a GPU: its TP group, CP group, "
+            f"pipeline and DP group light up, each in its own colour. DP = GPUs ÷ (TP × CP × PP).</p>"
+        )
 
     def body_html(self) -> str:
         legend = "".join(
             f'<div class="mp-legend-row" data-axis="{a}"><span class="mp-swatch" style="background:'
             f'{AXIS_COLOURS[a]}"></span><b>{AXIS_NAMES[a]}</b> <span class="mp-size"></span> · '
-            f'<span class="mp-link"></span> · <span class="mp-members"></span></div>' for a in AXES)
-        return ('<div class="mp-status" aria-live="polite"></div>'
-                '<div class="mp-grid-summary"></div><div class="mp-grid-selected"></div>'
-                f'<div class="mp-grid-legend">{legend}</div><div class="mp-grid-nodes"></div>')
+            f'<span class="mp-link"></span> · <span class="mp-members"></span></div>'
+            for a in AXES
+        )
+        return (
+            '<div class="mp-status" aria-live="polite"></div>'
+            '<div class="mp-grid-summary"></div><div class="mp-grid-selected"></div>'
+            f'<div class="mp-grid-legend">{legend}</div><div class="mp-grid-nodes"></div>'
+        )
 
     def text_plain(self) -> str:
         return f"DeviceGrid {self.id!r}: {self.gpus} GPUs"
@@ -180,18 +217,22 @@ class DeviceGrid(StaticWidget):
                 b = w.Button(description=str(r), layout=w.Layout(width="42px", height="24px", padding="0"))
                 b.on_click(lambda _b, r=r: setattr(gpu, "value", r))
                 buttons.append(b)
-            extra = [w.HTML("click a GPU:"), w.GridBox(buttons, layout=w.Layout(
-                grid_template_columns=f"repeat({min(self.gpus, 16)}, 44px)"))]
+            extra = [
+                w.HTML("click a GPU:"),
+                w.GridBox(buttons, layout=w.Layout(grid_template_columns=f"repeat({min(self.gpus, 16)}, 44px)")),
+            ]
         redraw()
         return w.VBox([*controls.widgets.values(), gpu, *extra, out])
 
-    css = (".mp-grid .mp-grid-nodes{display:flex;flex-wrap:wrap;gap:4px;margin-top:.5em}"
-           ".mp-grid .mp-node{display:flex;gap:1px;border:1px solid var(--mp-border);padding:1px;border-radius:3px}"
-           ".mp-grid .mp-gpu{padding:0;border:0;border-radius:2px;margin:0;text-align:center;cursor:pointer;"
-           "font:inherit;font-variant-numeric:tabular-nums;background:var(--mp-surface);color:var(--mp-fg)}"
-           ".mp-grid .mp-gpu[data-selected]{outline:2px solid var(--mp-fg);outline-offset:-2px}"
-           ".mp-grid .mp-grid-summary,.mp-grid .mp-grid-selected{margin:.3em 0}"
-           ".mp-grid .mp-status{min-height:1.5em}@media (max-width:560px){.mp-grid .mp-status{min-height:3em}}")
+    css = (
+        ".mp-grid .mp-grid-nodes{display:flex;flex-wrap:wrap;gap:4px;margin-top:.5em}"
+        ".mp-grid .mp-node{display:flex;gap:1px;border:1px solid var(--mp-border);padding:1px;border-radius:3px}"
+        ".mp-grid .mp-gpu{padding:0;border:0;border-radius:2px;margin:0;text-align:center;cursor:pointer;"
+        "font:inherit;font-variant-numeric:tabular-nums;background:var(--mp-surface);color:var(--mp-fg)}"
+        ".mp-grid .mp-gpu[data-selected]{outline:2px solid var(--mp-fg);outline-offset:-2px}"
+        ".mp-grid .mp-grid-summary,.mp-grid .mp-grid-selected{margin:.3em 0}"
+        ".mp-grid .mp-status{min-height:1.5em}@media (max-width:560px){.mp-grid .mp-status{min-height:3em}}"
+    )
 
     # The page's script: draws the nodes, applies the library's strides (group_from_strides) on click.
     script = r"""
@@ -226,7 +267,7 @@ function(root,data,ui){
     sel.textContent="GPU "+rank+" on node "+Math.floor(rank/e.gpn);}
   ui.onChange(update);update();
 }
-"""
+"""  # noqa: E501  (JavaScript that the page runs, kept byte for byte)
 
 
 def grid_html(mesh: Mesh, rank: int) -> str:
@@ -243,15 +284,21 @@ def grid_html(mesh: Mesh, rank: int) -> str:
     for start in range(0, n, g):
         cells = "".join(
             f'<div title="GPU {r}" style="width:{cell}px;height:{cell}px;font-size:{font}px;'
-            f'line-height:{cell}px;text-align:center;background:{colour.get(r, "#eceef1")};'
+            f"line-height:{cell}px;text-align:center;background:{colour.get(r, '#eceef1')};"
             f'{"outline:2px solid #111;outline-offset:-2px;" if r == rank else ""}color:{text.get(r, "#222")}">'
-            f'{r if n <= 256 else ""}</div>' for r in range(start, min(start + g, n)))
+            f"{r if n <= 256 else ''}</div>"
+            for r in range(start, min(start + g, n))
+        )
         nodes.append(f'<div style="display:flex;gap:1px;border:1px solid #888;padding:1px">{cells}</div>')
     legend = "".join(
         f'<div><span style="color:{AXIS_COLOURS[a]}">■</span> {AXIS_NAMES[a]} (size {mesh.size(a)}, '
-        f'{LINK_NAMES[mesh.link(a)]}): {_members(mesh.group(rank, a))}</div>' for a in AXES)
-    return (f"<div><b>GPU {rank}</b> on node {mesh.node(rank)}</div>{legend}"
-            f'<div style="display:flex;flex-wrap:wrap;gap:4px;margin-top:0.4em">{"".join(nodes)}</div>')
+        f"{LINK_NAMES[mesh.link(a)]}): {_members(mesh.group(rank, a))}</div>"
+        for a in AXES
+    )
+    return (
+        f"<div><b>GPU {rank}</b> on node {mesh.node(rank)}</div>{legend}"
+        f'<div style="display:flex;flex-wrap:wrap;gap:4px;margin-top:0.4em">{"".join(nodes)}</div>'
+    )
 
 
 def _members(group: Sequence[int], limit: int = 16) -> str:
@@ -261,8 +308,14 @@ def _members(group: Sequence[int], limit: int = 16) -> str:
     return ", ".join(map(str, group[:limit])) + f", … ({len(group)} GPUs)"
 
 
-def plot_grid(mesh: Mesh, rank: int = 0, ax=None, title: str | None = None, axes: Sequence[str] = AXES,
-              highlight: Mapping[str, Sequence[int]] | None = None):
+def plot_grid(
+    mesh: Mesh,
+    rank: int = 0,
+    ax=None,
+    title: str | None = None,
+    axes: Sequence[str] = AXES,
+    highlight: Mapping[str, Sequence[int]] | None = None,
+):
     """A matplotlib picture of the grid: one square per GPU, nodes as framed rows, the groups of ``rank``
     along ``axes`` coloured (``highlight`` adds named groups, e.g. an EP group, in cyan), the legend below.
     At most 7.2 inches wide (shown unscaled in the book's column) with text of at least 9 pt; GPU numbers up
@@ -275,11 +328,16 @@ def plot_grid(mesh: Mesh, rank: int = 0, ax=None, title: str | None = None, axes
     numbers = n <= 64
     per_row = max(1, min(n_nodes, (32 if numbers else 64) // g))
     rows = -(-n_nodes // per_row)
-    handles = [Patch(color=AXIS_COLOURS[a], label=f"{AXIS_NAMES[a]} ({mesh.size(a)}, {LINK_NAMES[mesh.link(a)]})")
-               for a in axes if mesh.size(a) > 1]
+    handles = [
+        Patch(color=AXIS_COLOURS[a], label=f"{AXIS_NAMES[a]} ({mesh.size(a)}, {LINK_NAMES[mesh.link(a)]})")
+        for a in axes
+        if mesh.size(a) > 1
+    ]
     extra = {"ep": "#17becf"}
-    handles += [Patch(color=extra.get(k, "#17becf"), label=f"{k.upper()} group ({len(v)})")
-                for k, v in (highlight or {}).items()]
+    handles += [
+        Patch(color=extra.get(k, "#17becf"), label=f"{k.upper()} group ({len(v)})")
+        for k, v in (highlight or {}).items()
+    ]
     if ax is None:
         width_units = per_row * (g + 0.6)
         scale = min(6.8 / width_units, 0.35)
@@ -300,19 +358,36 @@ def plot_grid(mesh: Mesh, rank: int = 0, ax=None, title: str | None = None, axes
         ax.add_patch(Rectangle((x0 - 0.15, y0 - 0.15), min(g, n) + 0.3, 1.3, fill=False, lw=0.8, ec="#666"))
         for i in range(min(g, n - node * g)):
             r = node * g + i
-            ax.add_patch(Rectangle((x0 + i, y0), 0.9, 1.0, color=colour.get(r, "#e6e6e6"),
-                                   ec="black" if r == rank else None, lw=1.5 if r == rank else 0))
+            ax.add_patch(
+                Rectangle(
+                    (x0 + i, y0),
+                    0.9,
+                    1.0,
+                    color=colour.get(r, "#e6e6e6"),
+                    ec="black" if r == rank else None,
+                    lw=1.5 if r == rank else 0,
+                )
+            )
             if numbers:
-                ax.text(x0 + i + 0.45, y0 + 0.5, str(r), ha="center", va="center", fontsize=9,
-                        color=text.get(r, "#222"))
+                ax.text(
+                    x0 + i + 0.45, y0 + 0.5, str(r), ha="center", va="center", fontsize=9, color=text.get(r, "#222")
+                )
     ax.set_xlim(-0.5, per_row * (g + 0.6))
     ax.set_ylim(-(rows - 1) * 1.5 - 0.5, 1.5)
     ax.set_aspect("equal")
     ax.axis("off")
     if handles:
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=10, frameon=False,
-                  ncol=1 if len(handles) > 2 or per_row * g < 16 else 2, borderaxespad=0.2)
-    ax.set_title(title or f"{n:,} GPUs, {g} per node, order {mesh.order}: the groups of GPU {rank}", fontsize=11,
-                 loc="left")
+        ax.legend(
+            handles=handles,
+            loc="upper left",
+            bbox_to_anchor=(0.0, 0.0),
+            fontsize=10,
+            frameon=False,
+            ncol=1 if len(handles) > 2 or per_row * g < 16 else 2,
+            borderaxespad=0.2,
+        )
+    ax.set_title(
+        title or f"{n:,} GPUs, {g} per node, order {mesh.order}: the groups of GPU {rank}", fontsize=11, loc="left"
+    )
     fig.tight_layout()
     return fig

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -75,8 +75,10 @@ LAYER_PARTS = ("norms", "mixer", "mlp", "layer")
 MODEL_PARTS = ("embedding", "rotary", "shared", "final_norm", "head", "logits", "loss", "other")
 _LAYER_RE = re.compile(r"^(?:.*\.)?(?:layers|h)\.(\d+)(?:\.([^.]+))?")
 _WRAPPER_TYPES = {"qwen3_5", "qwen3_5_moe", "gemma3"}  # multimodal configs: their text model is measured
-_GATED_DELTANET_MODULES = ("transformers.models.qwen3_5.modeling_qwen3_5",
-                           "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe")
+_GATED_DELTANET_MODULES = (
+    "transformers.models.qwen3_5.modeling_qwen3_5",
+    "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
+)
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,8 @@ def build_model(config: Any, attention: str = "sdpa", seed: int = 0) -> Any:
 def layer_part(child: str | None) -> str:
     """The part of a decoder layer that its direct child ``child`` belongs to (``None``: the layer's own code).
 
-        >>> [layer_part(c) for c in ("input_layernorm", "self_attn", "linear_attn", "mlp", "ln_2", None)]
-        ['norms', 'mixer', 'mixer', 'mlp', 'norms', 'layer']
+    >>> [layer_part(c) for c in ("input_layernorm", "self_attn", "linear_attn", "mlp", "ln_2", None)]
+    ['norms', 'mixer', 'mixer', 'mlp', 'norms', 'layer']
     """
     if child is None:
         return "layer"
@@ -200,10 +202,8 @@ def _saved_by_graph(root: Any) -> dict[int, list[str]]:
             slots[type(node)] = [a for a in dir(node) if a.startswith("_saved_")]
         found = []
         for attr in slots[type(node)]:
-            try:
+            with suppress(RuntimeError):  # an optional slot that holds no tensor
                 found.append((attr[7:], getattr(node, attr)))
-            except RuntimeError:  # an optional slot that holds no tensor
-                pass
         if hasattr(node, "saved_tensors"):  # a custom autograd.Function (the reentrant checkpoint)
             found.append(("saved_tensors", node.saved_tensors))
         for slot, value in found:
@@ -232,7 +232,9 @@ def _selective_recompute() -> Iterator[None]:
 
             def call(*a):
                 return fn(*a[:n], **rest, **dict(zip(grads, a[n:])))
+
             return ckpt.checkpoint(call, *args, *(kwargs[k] for k in grads), use_reentrant=True)
+
         return run
 
     interface: Any = ALL_ATTENTION_FUNCTIONS  # an instance attribute shadows the class's method while patched
@@ -251,8 +253,15 @@ def _selective_recompute() -> Iterator[None]:
             module.torch_chunk_gated_delta_rule = fn
 
 
-def saved_activation_bytes(config: Any, seq: int, batch: int, attention: str = "sdpa", recompute: str = "none",
-                           seed: int = 0, model: Any = None) -> SavedActivations:
+def saved_activation_bytes(
+    config: Any,
+    seq: int,
+    batch: int,
+    attention: str = "sdpa",
+    recompute: str = "none",
+    seed: int = 0,
+    model: Any = None,
+) -> SavedActivations:
     """Measure what autograd saves in one training forward (with the loss) of a ``transformers`` causal LM.
 
     Args:
@@ -277,8 +286,7 @@ def saved_activation_bytes(config: Any, seq: int, batch: int, attention: str = "
     if model is None:
         model = build_model(config, attention=attention, seed=seed)
     elif model.config._attn_implementation != attention:
-        raise ValueError(f"attention={attention!r} but the model was built with "
-                         f"{model.config._attn_implementation!r}")
+        raise ValueError(f"attention={attention!r} but the model was built with {model.config._attn_implementation!r}")
     import torch
 
     cfg = model.config
@@ -358,8 +366,15 @@ def saved_activation_bytes(config: Any, seq: int, batch: int, attention: str = "
             part = "logits" if t.dim() and t.shape[-1] == cfg.vocab_size else "loss"
         else:
             part = "other"
-        st = SavedTensor(module, layer, part, tuple(t.shape), str(t.dtype).removeprefix("torch."),
-                         t.untyped_storage().nbytes(), tuple(sorted(set(saves[ptr]))))
+        st = SavedTensor(
+            module,
+            layer,
+            part,
+            tuple(t.shape),
+            str(t.dtype).removeprefix("torch."),
+            t.untyped_storage().nbytes(),
+            tuple(sorted(set(saves[ptr]))),
+        )
         tensors.append(st)
         if layer is None:
             model_level[part] += st.nbytes

@@ -25,13 +25,13 @@ otherwise InfiniBand.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from math import gcd
-from typing import Mapping
 
 from .dims import AXES, DEFAULT_ORDER, MEGATRON_ORDER, ParallelDims, check_count, parse_order
 
-__all__ = ["AXES", "DEFAULT_ORDER", "MEGATRON_ORDER", "Mesh", "NVLINK", "INFINIBAND", "check_nodes", "parse_order"]
+__all__ = ["AXES", "DEFAULT_ORDER", "INFINIBAND", "MEGATRON_ORDER", "NVLINK", "Mesh", "check_nodes", "parse_order"]
 
 NVLINK, INFINIBAND = "nvlink", "infiniband"
 GROUP_AXES = (*AXES, "ep", "edp")
@@ -40,10 +40,10 @@ GROUP_AXES = (*AXES, "ep", "edp")
 def check_nodes(gpus: int, gpus_per_node: int) -> None:
     """ValueError unless the GPUs fill whole nodes (or fit in one): gpus_per_node must divide gpus beyond one node.
 
-        >>> check_nodes(12, 8)
-        Traceback (most recent call last):
-        ...
-        ValueError: gpus_per_node=8 does not divide gpus=12
+    >>> check_nodes(12, 8)
+    Traceback (most recent call last):
+    ...
+    ValueError: gpus_per_node=8 does not divide gpus=12
     """
     check_count("gpus_per_node", gpus_per_node)
     if gpus > gpus_per_node and gpus % gpus_per_node:
@@ -104,7 +104,9 @@ class Mesh:
             if a not in AXES:
                 raise ValueError(f"axis={a!r} must be one of {', '.join(AXES)}")
             if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.sizes[a]:
-                raise ValueError(f"{a}={c!r} is not a coordinate of an axis of size {self.sizes[a]} (0..{self.sizes[a] - 1})")
+                raise ValueError(
+                    f"{a}={c!r} is not a coordinate of an axis of size {self.sizes[a]} (0..{self.sizes[a] - 1})"
+                )
         return sum(coords.get(a, 0) * self.strides[a] for a in AXES)
 
     def _check_rank(self, rank: int) -> None:
@@ -142,17 +144,17 @@ class Mesh:
         i = np.arange(sz[inner], dtype=np.int64)[None, :] * st[inner]
         pp = np.arange(sz["pp"], dtype=np.int64) * st["pp"]
         tp = np.arange(sz["tp"], dtype=np.int64) * st["tp"]
-        if self.etp == sz["tp"]:
+        if self.dims.etp == sz["tp"]:
             k = 1
             lists = ((o + i).reshape(1, 1, -1) + tp[:, None, None] + pp[None, :, None]).reshape(-1, sz["cp"] * sz["dp"])
         else:
-            k = self.etp
-            members = (o[:, :, None] + i[:, :, None] + tp[None, None, :]).reshape(-1)   # TP fastest
+            k = self.dims.etp
+            members = (o[:, :, None] + i[:, :, None] + tp[None, None, :]).reshape(-1)  # TP fastest
             lists = pp[:, None] + members[None, :]
         span = k * self.ep
-        blocks = lists.reshape(lists.shape[0], -1, self.ep, k)           # (list, block, j, offset)
+        blocks = lists.reshape(lists.shape[0], -1, self.ep, k)  # (list, block, j, offset)
         if axis == "ep":
-            groups = blocks.transpose(0, 1, 3, 2).reshape(-1, self.ep)   # fixed (list, block, offset), j varies
+            groups = blocks.transpose(0, 1, 3, 2).reshape(-1, self.ep)  # fixed (list, block, offset), j varies
         else:
             groups = blocks.reshape(lists.shape[0], -1, span).transpose(0, 2, 1).reshape(-1, lists.shape[1] // span)
         return groups

@@ -39,7 +39,7 @@ from .models.spec import COMPONENT_KEYS, LayerSpec, ModelSpec, ParamCount
 from .resources import DATA_DIR
 
 MODELS_DIR = DATA_DIR / "models"
-MAX_CONFIG_BYTES = 8 * 2**20   # a config.json is a few kB; anything this large is not one
+MAX_CONFIG_BYTES = 8 * 2**20  # a config.json is a few kB; anything this large is not one
 
 __all__ = [
     "COMPONENT_KEYS",
@@ -70,7 +70,7 @@ def available_models() -> list[str]:
 def _resolve(text: str) -> Path:
     """The config file a model name or path designates (a directory means its config.json)."""
     try:
-        shipped = MODELS_DIR / f"{text}.json"   # a stem, or a stem under a folder of data/models/ ("public/gpt2")
+        shipped = MODELS_DIR / f"{text}.json"  # a stem, or a stem under a folder of data/models/ ("public/gpt2")
         if shipped.is_file() and MODELS_DIR.resolve() in shipped.resolve().parents:
             return shipped
         path = Path(text)
@@ -101,13 +101,15 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     if not isinstance(name_or_path, (str, Path)):
-        raise ValueError(f"model must be a name, a path or a ModelSpec, got {show(name_or_path)}")  # noqa: TRY004
+        raise ValueError(f"model must be a name, a path or a ModelSpec, got {show(name_or_path)}")
     path = _resolve(str(name_or_path))
     where = repr(str(path))
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(f"cannot read model config {where}: {path.stat().st_size:,} bytes is not a config.json "
-                             f"(at most {MAX_CONFIG_BYTES:,})")
+            raise ValueError(
+                f"cannot read model config {where}: {path.stat().st_size:,} bytes is not a config.json "
+                f"(at most {MAX_CONFIG_BYTES:,})"
+            )
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read model config {where}: {exc.strerror or exc}") from None

@@ -28,8 +28,13 @@ from typing import Any
 from .widgets.base import LiveControls, StaticWidget, text_on
 
 COLORS = {"F": "#4C72B0", "B": "#55A868", "W": "#CCB974", "BW": "#2E8B57", "F&B": "#8172B2"}
-KIND_LABELS = {"F": "F (forward)", "B": "B (backward, inputs)", "W": "W (backward, weights)",
-               "BW": "BW (full backward)", "F&B": "F&B (overlapped pair)"}
+KIND_LABELS = {
+    "F": "F (forward)",
+    "B": "B (backward, inputs)",
+    "W": "W (backward, weights)",
+    "BW": "BW (full backward)",
+    "F&B": "F&B (overlapped pair)",
+}
 TEXT_ON = {k: text_on(c) for k, c in COLORS.items()}
 FIG_WIDTH = 7.2  # inches: 720 px at 100 dpi, shown unscaled in the book's 757-px column
 FONT = {"box": 9, "tick": 10, "legend": 10, "label": 10, "title": 11}  # points; 9 pt = 12.5 px at 100 dpi
@@ -58,8 +63,11 @@ def _parts(t, e) -> list[tuple[float, float, str, int, int]]:
 def _handles(kinds_seen: Collection[str], chunked: bool) -> list:
     from matplotlib.patches import Patch
 
-    handles = [Patch(facecolor=COLORS[k] if k != "F&B" else "none", edgecolor=COLORS[k], label=KIND_LABELS[k])
-               for k in ("F", "B", "W", "BW", "F&B") if k in kinds_seen]
+    handles = [
+        Patch(facecolor=COLORS[k] if k != "F&B" else "none", edgecolor=COLORS[k], label=KIND_LABELS[k])
+        for k in ("F", "B", "W", "BW", "F&B")
+        if k in kinds_seen
+    ]
     if chunked:
         handles.append(Patch(facecolor="white", edgecolor="grey", hatch="//", label="second chunk"))
     return handles
@@ -69,11 +77,18 @@ def _draw(ax, t, title: str | None, end: float, px_per_unit: float) -> None:
     for e in t.events:
         y = e.stage
         if e.kind == "F&B":
-            ax.barh(y, e.end - e.start, left=e.start, height=0.86, color="none", edgecolor=COLORS["F&B"],
-                    linewidth=1.6)
+            ax.barh(y, e.end - e.start, left=e.start, height=0.86, color="none", edgecolor=COLORS["F&B"], linewidth=1.6)
         for a, z, kind, mb, chunk in _parts(t, e):
-            ax.barh(y, z - a, left=a, height=0.8, color=COLORS[kind], edgecolor="white", linewidth=0.5,
-                    hatch="//" if chunk % 2 else None)
+            ax.barh(
+                y,
+                z - a,
+                left=a,
+                height=0.8,
+                color=COLORS[kind],
+                edgecolor="white",
+                linewidth=0.5,
+                hatch="//" if chunk % 2 else None,
+            )
             if (z - a) * px_per_unit >= len(str(mb)) * FONT["box"] * 100 / 72 * 0.62 + 3:
                 ax.text((a + z) / 2, y, str(mb), ha="center", va="center", fontsize=FONT["box"], color=TEXT_ON[kind])
     ax.set_ylim(t.pp - 0.5, -0.5)
@@ -96,8 +111,15 @@ def gantt(timeline, title: str | None = None, width: float = FIG_WIDTH):
     _draw(ax, t, title, t.makespan, _px_per_unit(fig, t.makespan))
     ax.set_xlabel("time (units of f, one forward of one stage)", fontsize=FONT["label"])
     handles = _handles({e.kind for e in t.events}, t.chunks_per_device > 1)
-    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(len(handles), 3),
-              fontsize=FONT["legend"], frameon=False, borderaxespad=0.2)
+    ax.legend(
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=min(len(handles), 3),
+        fontsize=FONT["legend"],
+        frameon=False,
+        borderaxespad=0.2,
+    )
     ax.set_title(ax.get_title(loc="left"), fontsize=FONT["title"], loc="left", pad=8 + 16 * -(-len(handles) // 3))
     fig.tight_layout()
     return fig
@@ -111,8 +133,9 @@ def gantt_grid(timelines: Sequence, titles: Sequence[str] | None = None, width: 
     n = len(timelines)
     same = len({(t.pp, t.micro_batches) for t in timelines}) == 1
     heights = [0.3 * t.pp + 0.75 for t in timelines]
-    fig, axes = plt.subplots(n, 1, figsize=(width, sum(heights) + 1.2), sharex=True,
-                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    fig, axes = plt.subplots(
+        n, 1, figsize=(width, sum(heights) + 1.2), sharex=True, gridspec_kw={"height_ratios": heights}, squeeze=False
+    )
     end = max(t.makespan for t in timelines)
     for i, (ax, t) in enumerate(zip(axes[:, 0], timelines)):
         title = titles[i] if titles is not None else _title(t, with_sizes=not same).replace("\n", ", ")
@@ -122,12 +145,19 @@ def gantt_grid(timelines: Sequence, titles: Sequence[str] | None = None, width: 
     head = axes[0, 0]
     if same:
         t0 = timelines[0]
-        fig.suptitle(f"p = {t0.pp} stages, m = {t0.micro_batches} micro-batches", fontsize=FONT["title"],
-                     x=0.02, ha="left")
-    head.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(len(handles), 3),
-                fontsize=FONT["legend"], frameon=False, borderaxespad=0.2)
-    head.set_title(head.get_title(loc="left"), fontsize=FONT["title"], loc="left",
-                   pad=8 + 16 * -(-len(handles) // 3))
+        fig.suptitle(
+            f"p = {t0.pp} stages, m = {t0.micro_batches} micro-batches", fontsize=FONT["title"], x=0.02, ha="left"
+        )
+    head.legend(
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncol=min(len(handles), 3),
+        fontsize=FONT["legend"],
+        frameon=False,
+        borderaxespad=0.2,
+    )
+    head.set_title(head.get_title(loc="left"), fontsize=FONT["title"], loc="left", pad=8 + 16 * -(-len(handles) // 3))
     fig.tight_layout()
     return fig
 
@@ -156,36 +186,50 @@ def timeline_svg(timeline, width: int = 760, row: int = SVG_ROW, scale: float | 
     scale = (width - SVG_LEFT - SVG_RIGHT) / t.makespan if scale is None else scale
     w = round(SVG_LEFT + t.makespan * scale + SVG_RIGHT)
     h = row * t.pp + SVG_AXIS
-    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+    out = [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
             f'aria-label="pipeline timeline" font-size="11" fill="currentColor">'
             '<defs><pattern id="mp-hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
             'patternTransform="rotate(45)"><rect width="2.5" height="6" fill="#fff" fill-opacity="0.45"/>'
-            "</pattern></defs>")]
+            "</pattern></defs>"
+        )
+    ]
     for s in range(t.pp):
         out.append(f'<text class="mp-gpu-label" x="0" y="{row * s + row * 0.72:.1f}">GPU {s}</text>')
     for e in t.events:
         y = row * e.stage + 1
         for a, z, kind, mb, chunk in _parts(t, e):
             x, bw = SVG_LEFT + a * scale, max((z - a) * scale - 1, 0.5)
-            out.append(f'<rect x="{x:.1f}" y="{y}" width="{bw:.1f}" height="{row - 3}" fill="{COLORS[kind]}" '
-                       f'data-kind="{kind}"/>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{bw:.1f}" height="{row - 3}" fill="{COLORS[kind]}" '
+                f'data-kind="{kind}"/>'
+            )
             if chunk % 2:
                 out.append(f'<rect x="{x:.1f}" y="{y}" width="{bw:.1f}" height="{row - 3}" fill="url(#mp-hatch)"/>')
             if bw >= 7 * len(str(mb)) + 4:
-                out.append(f'<text class="mp-mb" x="{x + bw / 2:.1f}" y="{y + row * 0.62:.1f}" text-anchor="middle" '
-                           f'fill="{TEXT_ON[kind]}">{mb}</text>')
+                out.append(
+                    f'<text class="mp-mb" x="{x + bw / 2:.1f}" y="{y + row * 0.62:.1f}" text-anchor="middle" '
+                    f'fill="{TEXT_ON[kind]}">{mb}</text>'
+                )
         if e.kind == "F&B":
-            out.append(f'<rect x="{SVG_LEFT + e.start * scale:.1f}" y="{y - 0.5}" '
-                       f'width="{max((e.end - e.start) * scale - 1, 0.5):.1f}" height="{row - 2}" fill="none" '
-                       f'stroke="{COLORS["F&B"]}" stroke-width="1.5"/>')
+            out.append(
+                f'<rect x="{SVG_LEFT + e.start * scale:.1f}" y="{y - 0.5}" '
+                f'width="{max((e.end - e.start) * scale - 1, 0.5):.1f}" height="{row - 2}" fill="none" '
+                f'stroke="{COLORS["F&B"]}" stroke-width="1.5"/>'
+            )
     base = row * t.pp
-    out.append(f'<line x1="{SVG_LEFT}" x2="{SVG_LEFT + t.makespan * scale:.1f}" y1="{base + 1}" y2="{base + 1}" '
-               'stroke="currentColor" stroke-width="1"/>')
+    out.append(
+        f'<line x1="{SVG_LEFT}" x2="{SVG_LEFT + t.makespan * scale:.1f}" y1="{base + 1}" y2="{base + 1}" '
+        'stroke="currentColor" stroke-width="1"/>'
+    )
     step, k = _tick_step(scale), 0
     while k * step <= t.makespan + 1e-9:
         x = SVG_LEFT + k * step * scale
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{base + 1}" y2="{base + 5}" stroke="currentColor"/>'
-                   f'<text class="mp-tick" x="{x:.1f}" y="{base + 17}" text-anchor="middle">{k * step:g}</text>')
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{base + 1}" y2="{base + 5}" stroke="currentColor"/>'
+            f'<text class="mp-tick" x="{x:.1f}" y="{base + 17}" text-anchor="middle">{k * step:g}</text>'
+        )
         k += 1
     out.append("</svg>")
     return "".join(out)
@@ -205,6 +249,7 @@ def _takes_chunks(kind: str) -> bool:
 def _encode(t) -> list[str]:
     """A timeline's events for the page, one string per GPU: 'F3@1.5-2', 'B0.1@7-7.5' (chunk 1),
     'F&B3|5.1@7-10' (F of micro-batch 3, chunk 0, overlapped with BW of micro-batch 5, chunk 1)."""
+
     def num(x: float) -> str:
         return repr(float(x)).removesuffix(".0")
 
@@ -233,8 +278,18 @@ class TimelineExplorer(StaticWidget):
     id_prefix = "mp-tl-"
     max_combinations = 400
 
-    def __init__(self, id: str, kinds: Sequence[str], pps: Sequence[int], mbs: Sequence[int], vs: Sequence[int] = (1,),
-                 f: float = 1, b: float = 1, w: float = 1, defaults: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        id: str,
+        kinds: Sequence[str],
+        pps: Sequence[int],
+        mbs: Sequence[int],
+        vs: Sequence[int] = (1,),
+        f: float = 1,
+        b: float = 1,
+        w: float = 1,
+        defaults: Mapping[str, Any] | None = None,
+    ):
         from .schedule import KINDS, NAMES
 
         kinds = list(kinds)
@@ -245,12 +300,15 @@ class TimelineExplorer(StaticWidget):
         self.vs = list(vs)
         self._chunked = {k: _takes_chunks(k) for k in kinds}
         self._timelines: dict[tuple, Any] = {}
-        super().__init__(id, {"schedule": kinds, "p": pps, "m": mbs, "v": self.vs}, defaults=defaults,
-                         labels={"schedule": "schedule described", "p": "stages p", "m": "micro-batches m",
-                                 "v": "chunks per GPU v"},
-                         texts={"schedule": {k: NAMES[k] for k in kinds}},
-                         inputs={"schedule": "radio" if len(kinds) <= 6 else "select"},
-                         depends={"v": lambda schedule: self.vs if self._chunked[schedule] else [1]})
+        super().__init__(
+            id,
+            {"schedule": kinds, "p": pps, "m": mbs, "v": self.vs},
+            defaults=defaults,
+            labels={"schedule": "schedule described", "p": "stages p", "m": "micro-batches m", "v": "chunks per GPU v"},
+            texts={"schedule": {k: NAMES[k] for k in kinds}},
+            inputs={"schedule": "radio" if len(kinds) <= 6 else "select"},
+            depends={"v": lambda schedule: self.vs if self._chunked[schedule] else [1]},
+        )
 
     def __repr__(self) -> str:
         return f"TimelineExplorer({self.id!r}: {', '.join(f'{k} {v}' for k, v in self.sliders.items())})"
@@ -279,10 +337,14 @@ class TimelineExplorer(StaticWidget):
             t = self.timeline(schedule, p, m, v)
         except ValueError as exc:
             return {"error": str(exc)}
-        return {"error": None, "caption": (
-            f"{NAMES[schedule]}: p = {p}, m = {m}, v = {t.virtual_stages}; bubble {100 * t.bubble:.1f} % of the "
-            f"ideal compute ({100 * t.bubble_share:.1f} % of the step); makespan {t.makespan:g}; "
-            f"peak activations per GPU {' '.join(map(str, t.peak_activations))}")}
+        return {
+            "error": None,
+            "caption": (
+                f"{NAMES[schedule]}: p = {p}, m = {m}, v = {t.virtual_stages}; bubble {100 * t.bubble:.1f} % of the "
+                f"ideal compute ({100 * t.bubble_share:.1f} % of the step); makespan {t.makespan:g}; "
+                f"peak activations per GPU {' '.join(map(str, t.peak_activations))}"
+            ),
+        }
 
     def rows(self, p: int, m: int, v: int) -> list[dict]:
         """One row per schedule for the drawing at (p, m, v): its timeline id and label, or its error."""
@@ -295,9 +357,15 @@ class TimelineExplorer(StaticWidget):
             except ValueError as exc:
                 out.append({"kind": kind, "name": NAMES[kind], "error": str(exc)})
                 continue
-            out.append({"kind": kind, "name": NAMES[kind], "t": f"{kind}|{p}|{m}|{t.virtual_stages}",
-                        "label": f"makespan {t.makespan:g}, bubble {100 * t.bubble:.1f} %"
-                                 + (f", v = {t.virtual_stages}" if self._chunked[kind] else "")})
+            out.append(
+                {
+                    "kind": kind,
+                    "name": NAMES[kind],
+                    "t": f"{kind}|{p}|{m}|{t.virtual_stages}",
+                    "label": f"makespan {t.makespan:g}, bubble {100 * t.bubble:.1f} %"
+                    + (f", v = {t.virtual_stages}" if self._chunked[kind] else ""),
+                }
+            )
         return out
 
     def payload(self) -> dict[str, Any]:
@@ -316,9 +384,18 @@ class TimelineExplorer(StaticWidget):
                     seen.update(e.kind for e in t.events)
                     chunked = chunked or t.chunks_per_device > 1
         legend = [[k, KIND_LABELS[k], COLORS[k]] for k in ("F", "B", "W", "BW", "F&B") if k in seen]
-        return {**super().payload(), "rows": rows, "timelines": timelines, "legend": legend, "chunked": chunked,
-                "colours": COLORS, "textColours": TEXT_ON, "minScale": MIN_PX_PER_UNIT, "times": list(self.times),
-                "layout": {"left": SVG_LEFT, "right": SVG_RIGHT, "row": SVG_ROW, "axis": SVG_AXIS}}
+        return {
+            **super().payload(),
+            "rows": rows,
+            "timelines": timelines,
+            "legend": legend,
+            "chunked": chunked,
+            "colours": COLORS,
+            "textColours": TEXT_ON,
+            "minScale": MIN_PX_PER_UNIT,
+            "times": list(self.times),
+            "layout": {"left": SVG_LEFT, "right": SVG_RIGHT, "row": SVG_ROW, "axis": SVG_AXIS},
+        }
 
     def _grid(self) -> list[dict]:
         c = {n: self.control(n).values for n in ("p", "m", "v")}
@@ -326,12 +403,16 @@ class TimelineExplorer(StaticWidget):
 
     # ------------------------------------------------------------------ static HTML
     def header_html(self) -> str:
-        return ("<p><strong>Pipeline schedules on one time axis.</strong> Every schedule runs the same p stages "
-                "and m micro-batches; a shorter bar is a shorter step. Numbers in the boxes are micro-batches.</p>")
+        return (
+            "<p><strong>Pipeline schedules on one time axis.</strong> Every schedule runs the same p stages "
+            "and m micro-batches; a shorter bar is a shorter step. Numbers in the boxes are micro-batches.</p>"
+        )
 
     def body_html(self) -> str:
-        return ('<div class="mp-legend"></div><div class="mp-tl-view mp-view mp-scroll"></div>'
-                '<div class="mp-caption" aria-live="polite"></div>')
+        return (
+            '<div class="mp-legend"></div><div class="mp-tl-view mp-view mp-scroll"></div>'
+            '<div class="mp-caption" aria-live="polite"></div>'
+        )
 
     def _repr_html_(self) -> str:
         return self.to_html()
@@ -348,33 +429,39 @@ class TimelineExplorer(StaticWidget):
         def redraw() -> None:
             values = controls.values()
             rows = self.rows(values["p"], values["m"], values["v"])
-            ends = [self.timeline(r["kind"], values["p"], values["m"], values["v"]).makespan
-                    for r in rows if "t" in r]
+            ends = [self.timeline(r["kind"], values["p"], values["m"], values["v"]).makespan for r in rows if "t" in r]
             scale = max((720 - SVG_LEFT - SVG_RIGHT) / max(ends), MIN_PX_PER_UNIT) if ends else 1.0
             parts = []
             for r in rows:
                 strong = "font-weight:bold;" if r["kind"] == values["schedule"] else ""
-                parts.append(f"<div style='{strong}margin-top:6px'>{html.escape(r['name'])}"
-                             + (f" — {html.escape(r['label'])}" if "label" in r else "") + "</div>")
+                parts.append(
+                    f"<div style='{strong}margin-top:6px'>{html.escape(r['name'])}"
+                    + (f" — {html.escape(r['label'])}" if "label" in r else "")
+                    + "</div>"
+                )
                 if "error" in r:
                     parts.append(f"<div class='mp-invalid'>Not valid here: {html.escape(r['error'])}</div>")
                 else:
-                    parts.append(timeline_svg(self.timeline(r["kind"], values["p"], values["m"], values["v"]),
-                                              scale=scale))
+                    parts.append(
+                        timeline_svg(self.timeline(r["kind"], values["p"], values["m"], values["v"]), scale=scale)
+                    )
             e = self.entry(**values)
-            parts.append(f"<div>{html.escape(e['caption'] if not e['error'] else 'Not a valid schedule: ' + e['error'])}"
-                         "</div>")
+            parts.append(
+                f"<div>{html.escape(e['caption'] if not e['error'] else 'Not a valid schedule: ' + e['error'])}</div>"
+            )
             out.value = "<div style='overflow-x:auto'>" + "".join(parts) + "</div>"
 
         controls.observe(redraw)
         redraw()
         return w.VBox([*controls.widgets.values(), out])
 
-    css = (".mp-explorer .mp-tl-row{margin:.5em 0 .2em;padding-left:.5em;border-left:3px solid transparent}"
-           ".mp-explorer .mp-tl-row.mp-current{border-left-color:var(--mp-accent)}"
-           ".mp-explorer .mp-tl-title{font-weight:600}.mp-explorer .mp-tl-label{color:var(--mp-muted)}"
-           ".mp-explorer .mp-tl-row svg{display:block;margin-top:.2em;overflow:visible}"
-           ".mp-explorer .mp-caption{min-height:3em;margin-top:.4em}")
+    css = (
+        ".mp-explorer .mp-tl-row{margin:.5em 0 .2em;padding-left:.5em;border-left:3px solid transparent}"
+        ".mp-explorer .mp-tl-row.mp-current{border-left-color:var(--mp-accent)}"
+        ".mp-explorer .mp-tl-title{font-weight:600}.mp-explorer .mp-tl-label{color:var(--mp-muted)}"
+        ".mp-explorer .mp-tl-row svg{display:block;margin-top:.2em;overflow:visible}"
+        ".mp-explorer .mp-caption{min-height:3em;margin-top:.4em}"
+    )
 
     script = r"""
 function(root,data,ui){
@@ -426,4 +513,4 @@ function(root,data,ui){
   function refit(){if(view.clientWidth!==lastW)draw();}    /* the box's width settles after the page's layout */
   if(window.ResizeObserver)new ResizeObserver(refit).observe(view);else window.addEventListener("resize",refit);
 }
-"""
+"""  # noqa: E501  (JavaScript that the page runs, kept byte for byte)

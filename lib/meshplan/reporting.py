@@ -32,14 +32,19 @@ def yes_no(flag: bool) -> str:
 
 def plan_label(plan: Plan) -> str:
     """'TP 8 × PP 16 × DP 128 · ZeRO-1 · selective · b 1 · m 16 · v 1'."""
-    return (f"{plan.dims.label()} · ZeRO-{plan.zero} · {plan.recompute} · b {plan.micro_batch_size} · "
-            f"m {plan.micro_batches} · v {plan.virtual_stages}")
+    return (
+        f"{plan.dims.label()} · ZeRO-{plan.zero} · {plan.recompute} · b {plan.micro_batch_size} · "
+        f"m {plan.micro_batches} · v {plan.virtual_stages}"
+    )
 
 
 def traffic_summary(report: Report, short_links: bool = False) -> str:
     """'TP 21.5 GB (NVLink) · PP 0.7 GB (NVLink)': every dimension that sends, with its link; 'none' if none does."""
-    parts = [f"{TRAFFIC_LABELS[k]} {fmt_gb(report.comm_bytes_per_step[k])} ({link_name(report.link[k], short_links)})"
-             for k in TRAFFIC if report.link[k] is not None]
+    parts = [
+        f"{TRAFFIC_LABELS[k]} {fmt_gb(report.comm_bytes_per_step[k])} ({link_name(report.link[k], short_links)})"
+        for k in TRAFFIC
+        if report.link[k] is not None
+    ]
     return " · ".join(parts) or "none"
 
 
@@ -52,14 +57,20 @@ def table_row(report: Report, per_dimension: bool = False) -> dict[str, str]:
     """One display row of a plan table: memory terms, total with ✓/✗, traffic (one column, or one per dimension
     with ``per_dimension``), bubble."""
     mem = report.memory_bytes
-    row = {"model states": fmt_gb(mem["model_states"]), "activations": fmt_gb(mem["activations"]),
-           "total": fits_mark(report)}
+    row = {
+        "model states": fmt_gb(mem["model_states"]),
+        "activations": fmt_gb(mem["activations"]),
+        "total": fits_mark(report),
+    }
     if per_dimension:
         for k in TRAFFIC:
             if k == "edp" and not report.comm_bytes_per_step[k]:
                 continue
             row[f"{TRAFFIC_LABELS[k]} bytes/step"] = (
-                f"{fmt_gb(report.comm_bytes_per_step[k])} ({link_name(report.link[k], True)})" if report.link[k] else "-")
+                f"{fmt_gb(report.comm_bytes_per_step[k])} ({link_name(report.link[k], True)})"
+                if report.link[k]
+                else "-"
+            )
     else:
         row["bytes per GPU per step"] = traffic_summary(report) if report.heaviest_dim else "—"
     row["bubble (p−1)/(m·v)"] = fmt_pct(report.bubble) if report.plan.pp > 1 else "—"
@@ -71,9 +82,11 @@ def summary_line(report: Report) -> str:
     r, p = report, report.plan
     mem = r.memory_bytes
     bubble = f"; bubble (p−1)/(m·v) {fmt_pct(r.bubble)}" if p.pp > 1 else ""
-    return (f"{p.model.name}: per GPU {fmt_gb(mem['model_states'])} model states + {fmt_gb(mem['activations'])} "
-            f"activations = {fmt_gb(mem['total'])} ({'fits' if r.fits else 'does not fit'} in "
-            f"{fmt_gb(p.gpu_memory_bytes, 0)}); bytes per GPU per step: {traffic_summary(r)}{bubble}")
+    return (
+        f"{p.model.name}: per GPU {fmt_gb(mem['model_states'])} model states + {fmt_gb(mem['activations'])} "
+        f"activations = {fmt_gb(mem['total'])} ({'fits' if r.fits else 'does not fit'} in "
+        f"{fmt_gb(p.gpu_memory_bytes, 0)}); bytes per GPU per step: {traffic_summary(r)}{bubble}"
+    )
 
 
 def format_report(report: Report) -> str:
@@ -81,8 +94,9 @@ def format_report(report: Report) -> str:
     p = report.plan
     mesh = p.dims.label()
     if p.ep > 1:
-        mesh = mesh.replace(f" (EP {p.ep}", f" (EP {p.ep} " + ("inside DP × CP" if p.etp == p.tp else
-                                                                 "folded over TP × CP × DP"), 1)
+        mesh = mesh.replace(
+            f" (EP {p.ep}", f" (EP {p.ep} " + ("inside DP × CP" if p.etp == p.tp else "folded over TP × CP × DP"), 1
+        )
     hw = p.hardware
     lines = [
         f"{p.model.name}: {p.model.params.total:,} parameters on {p.gpus:,} GPUs ({hw.name}: "
@@ -109,8 +123,10 @@ def format_report(report: Report) -> str:
             if k != "edp":
                 lines.append(f"  {TRAFFIC_LABELS[k]:<10}{'-':>14}")
         else:
-            lines.append(f"  {TRAFFIC_LABELS[k]:<10}{fmt_gb(report.comm_bytes_per_step[k]):>14}  "
-                         f"{link_name(report.link[k]):<11}{report.comm_time_s[k]:8.2f} s")
+            lines.append(
+                f"  {TRAFFIC_LABELS[k]:<10}{fmt_gb(report.comm_bytes_per_step[k]):>14}  "
+                f"{link_name(report.link[k]):<11}{report.comm_time_s[k]:8.2f} s"
+            )
     lines.append("")
     lines.append(f"pipeline bubble (p−1)/(m·v): {fmt_pct(report.bubble) if p.pp > 1 else '-'}")
     for n in report.notes:

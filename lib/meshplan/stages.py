@@ -22,8 +22,8 @@ micro-batches' activations it keeps in flight.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .dims import check_count
 from .model import ModelSpec
@@ -44,7 +44,7 @@ def spread_layers(num_layers: int, pp: int) -> tuple[int, ...]:
     per = -(-num_layers // pp)
     out = [per] * pp
     ends = [i for k in range((pp + 1) // 2) for i in dict.fromkeys((k, pp - 1 - k))]
-    for i in ends[:per * pp - num_layers]:
+    for i in ends[: per * pp - num_layers]:
         out[i] -= 1
     return tuple(out)
 
@@ -103,8 +103,9 @@ def _full_attention(model: ModelSpec, i: int) -> bool:
     return False
 
 
-def stages(model: ModelSpec, pp: int, layers_per_stage: Sequence[int] | None = None,
-           balance: str = "even") -> tuple[Stage, ...]:
+def stages(
+    model: ModelSpec, pp: int, layers_per_stage: Sequence[int] | None = None, balance: str = "even"
+) -> tuple[Stage, ...]:
     """Every pipeline stage of ``model`` split over ``pp`` ranks (equal stages unless ``layers_per_stage``)."""
     if balance not in ("even", "max"):
         raise ValueError(f"stage_balance={balance!r} must be 'even' or 'max'")

@@ -50,13 +50,25 @@ ALIASES: Mapping[str, str] = {"qwen3_5_text": "qwen3_5", "qwen3_5_moe_text": "qw
 # ``model_type`` has been relabelled (a Qwen2.5 config labelled ``llama`` loses its q/k/v biases without a key to
 # betray it), and is refused.
 ARCHITECTURES: Mapping[str, str] = {
-    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
-    "Phi3ForCausalLM": "phi3", "Olmo2ForCausalLM": "olmo2", "Qwen2ForCausalLM": "qwen2",
-    "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
-    "Qwen3_5ForConditionalGeneration": "qwen3_5", "Qwen3_5ForCausalLM": "qwen3_5",
-    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe", "Qwen3_5MoeForCausalLM": "qwen3_5_moe",
-    "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Gemma3ForConditionalGeneration": "gemma3",
-    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3", "GPT2LMHeadModel": "gpt2",
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "MixtralForCausalLM": "mixtral",
+    "Phi3ForCausalLM": "phi3",
+    "Olmo2ForCausalLM": "olmo2",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5",
+    "Qwen3_5ForCausalLM": "qwen3_5",
+    "Qwen3_5MoeForConditionalGeneration": "qwen3_5_moe",
+    "Qwen3_5MoeForCausalLM": "qwen3_5_moe",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3_text",
+    "Gemma3ForConditionalGeneration": "gemma3",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GPT2LMHeadModel": "gpt2",
 }
 
 
@@ -82,12 +94,16 @@ def from_config(cfg: Mapping, name: str, where: str) -> ModelSpec:
                 return from_transformers(dict(cfg), name, where)
             except ValueError as exc:
                 why = str(exc).removeprefix(f"malformed config {where}: ")
-                raise ValueError(f"unsupported model_type {show(mtype)} in {where}: counted analytically are "
-                                 f"{supported}; transformers knows {show(mtype)} but cannot count this config: "
-                                 f"{why}") from None
-        raise ValueError(f"unsupported model_type {show(mtype)} in {where}: counted analytically are {supported}; "
-                         "other types need transformers to know them (pip install transformers), and it does not "
-                         "know this one")
+                raise ValueError(
+                    f"unsupported model_type {show(mtype)} in {where}: counted analytically are "
+                    f"{supported}; transformers knows {show(mtype)} but cannot count this config: "
+                    f"{why}"
+                ) from None
+        raise ValueError(
+            f"unsupported model_type {show(mtype)} in {where}: counted analytically are {supported}; "
+            "other types need transformers to know them (pip install transformers), and it does not "
+            "know this one"
+        )
     _check_architectures(f, mtype)
     spec = reader(f, name)
     f.refuse_unread(mtype)
@@ -105,9 +121,11 @@ def _check_architectures(f: Fields, mtype: str) -> None:
     for arch in archs:
         other = ARCHITECTURES.get(arch)
         if other is not None and other != family:
-            raise f.error(f"'architectures' names {arch} (model_type '{other}') but 'model_type' is '{mtype}': "
-                          "a relabelled config is counted wrong (biases, norms or experts the label lacks); "
-                          "make them agree")
+            raise f.error(
+                f"'architectures' names {arch} (model_type '{other}') but 'model_type' is '{mtype}': "
+                "a relabelled config is counted wrong (biases, norms or experts the label lacks); "
+                "make them agree"
+            )
 
 
 __all__ = ["COMPONENT_KEYS", "FAMILIES", "LayerSpec", "ModelSpec", "ParamCount", "from_config"]

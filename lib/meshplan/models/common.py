@@ -7,9 +7,9 @@ from typing import NamedTuple
 
 from .fields import _MISSING, MAX_LAYERS, Fields
 
-REQUIRED = _MISSING        # no default: the key must be present (the config class's default is one checkpoint's size)
-DERIVED = object()         # head_dim default: hidden_size // num_attention_heads (transformers' getattr fallback)
-SAME_AS_HEADS = object()   # num_key_value_heads default: num_attention_heads (transformers' None fallback)
+REQUIRED = _MISSING  # no default: the key must be present (the config class's default is one checkpoint's size)
+DERIVED = object()  # head_dim default: hidden_size // num_attention_heads (transformers' getattr fallback)
+SAME_AS_HEADS = object()  # num_key_value_heads default: num_attention_heads (transformers' None fallback)
 
 
 class Shape(NamedTuple):
@@ -33,14 +33,18 @@ def read_shape(f: Fields, *, kv_heads=SAME_AS_HEADS, head_dim=DERIVED) -> Shape:
     kv = f.integer("num_key_value_heads", a if kv_heads is SAME_AS_HEADS else kv_heads)
     if head_dim is DERIVED:
         if h < a:
-            raise f.error(f"'{f.name('hidden_size')}' = {h} is smaller than '{f.name('num_attention_heads')}' = {a} "
-                          f"and there is no '{f.name('head_dim')}'")
+            raise f.error(
+                f"'{f.name('hidden_size')}' = {h} is smaller than '{f.name('num_attention_heads')}' = {a} "
+                f"and there is no '{f.name('head_dim')}'"
+            )
         head_dim = h // a
     d = f.integer("head_dim", head_dim)
     vocab = f.integer("vocab_size")
     if a % kv:
-        raise f.error(f"'{f.name('num_key_value_heads')}' = {kv} does not divide "
-                      f"'{f.name('num_attention_heads')}' = {a} (each KV head serves a whole group of query heads)")
+        raise f.error(
+            f"'{f.name('num_key_value_heads')}' = {kv} does not divide "
+            f"'{f.name('num_attention_heads')}' = {a} (each KV head serves a whole group of query heads)"
+        )
     return Shape(h, n_layers, a, kv, d, vocab)
 
 
@@ -69,8 +73,10 @@ def composite_tie(f: Fields, t: Fields, default: bool) -> bool:
     text-only class would read it instead."""
     tied = f.boolean("tie_word_embeddings", default)
     if t is not f and "tie_word_embeddings" in t.cfg and t.boolean("tie_word_embeddings", tied) != tied:
-        raise f.error(f"'tie_word_embeddings' is {str(tied).lower()} at the top level (or by default) but "
-                      f"{str(not tied).lower()} in '{t.name('tie_word_embeddings')}': set both alike")
+        raise f.error(
+            f"'tie_word_embeddings' is {str(tied).lower()} at the top level (or by default) but "
+            f"{str(not tied).lower()} in '{t.name('tie_word_embeddings')}': set both alike"
+        )
     return tied
 
 
@@ -82,5 +88,15 @@ def unused(f: Fields, *keys: str) -> int:
     return 0
 
 
-__all__ = ["DERIVED", "REQUIRED", "SAME_AS_HEADS", "Shape", "attention_types", "composite_tie", "qwen_moe_layers",
-           "read_shape", "unused", "windows"]
+__all__ = [
+    "DERIVED",
+    "REQUIRED",
+    "SAME_AS_HEADS",
+    "Shape",
+    "attention_types",
+    "composite_tie",
+    "qwen_moe_layers",
+    "read_shape",
+    "unused",
+    "windows",
+]

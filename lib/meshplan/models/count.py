@@ -116,6 +116,7 @@ def counted(h: int, s: LayerSpec) -> LayerSpec:
 
 def _group_names(layers: tuple[LayerSpec, ...]) -> list[str]:
     """A name per layer, made of the features that vary between layers (``"layers"`` when none does)."""
+
     def attn(s: LayerSpec) -> str:
         if s.mixer == "linear_attention":
             return "linear_attention"
@@ -140,10 +141,21 @@ def layer_groups(layers: tuple[LayerSpec, ...]) -> list[tuple[str, int, int]]:
 
 
 def build_spec(
-    *, name: str, family: str, hidden_size: int, vocab_size: int, layers: Iterable[LayerSpec],
-    tie_word_embeddings: bool, final_norm: str = "rmsnorm", final_norm_bias: bool = False,
-    position_embeddings: int = 0, max_position_embeddings: int | None = None,
-    final_logit_softcapping: float | None = None, vision: int = 0, mtp: int = 0, num_mtp_layers: int = 0,
+    *,
+    name: str,
+    family: str,
+    hidden_size: int,
+    vocab_size: int,
+    layers: Iterable[LayerSpec],
+    tie_word_embeddings: bool,
+    final_norm: str = "rmsnorm",
+    final_norm_bias: bool = False,
+    position_embeddings: int = 0,
+    max_position_embeddings: int | None = None,
+    final_logit_softcapping: float | None = None,
+    vision: int = 0,
+    mtp: int = 0,
+    num_mtp_layers: int = 0,
     extra: Mapping[str, int] | None = None,
 ) -> ModelSpec:
     """Assemble the ``ModelSpec`` of a decoder-only text model (plus vision tower and MTP module, if any).
@@ -154,8 +166,9 @@ def build_spec(
     """
     h, V = hidden_size, vocab_size
     # a MoE layer's intermediate_size is the width of each routed expert (LayerSpec's documented meaning)
-    layers = tuple(counted(h, replace(s, intermediate_size=s.expert_intermediate_size) if s.num_experts else s)
-                   for s in layers)
+    layers = tuple(
+        counted(h, replace(s, intermediate_size=s.expert_intermediate_size) if s.num_experts else s) for s in layers
+    )
     if not layers:
         raise ValueError(f"{name}: a model needs at least one decoder layer")
     comps = dict.fromkeys(COMPONENT_KEYS, 0)
@@ -191,18 +204,31 @@ def build_spec(
     moe = [s for s in layers if s.is_moe]
     pc = ParamCount(total, MappingProxyType(comps), tuple(groups), MappingProxyType(dict(extra or {})))
     return ModelSpec(
-        name=name, family=family, hidden_size=h, num_layers=len(layers), num_attention_heads=first.num_heads,
-        num_key_value_heads=kv_heads, head_dim=head_dim, kv_width=kv_width,
-        num_full_attention_layers=sum(1 for s in layers if s.mixer != "linear_attention"), vocab_size=V,
-        params=pc, layer_params=tuple(s.params for s in layers),
+        name=name,
+        family=family,
+        hidden_size=h,
+        num_layers=len(layers),
+        num_attention_heads=first.num_heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        kv_width=kv_width,
+        num_full_attention_layers=sum(1 for s in layers if s.mixer != "linear_attention"),
+        vocab_size=V,
+        params=pc,
+        layer_params=tuple(s.params for s in layers),
         flop_params=sum(s.activated_params for s in layers) + final + V * h,
         linear_num_key_heads=linear.linear_num_key_heads if linear else 0,
         linear_num_value_heads=linear.linear_num_value_heads if linear else 0,
         num_experts=max((s.num_experts for s in moe), default=0),
         experts_per_token=max((s.experts_per_token for s in moe), default=0),
-        num_moe_layers=len(moe), routed_expert_params=comps["routed_experts"],
+        num_moe_layers=len(moe),
+        routed_expert_params=comps["routed_experts"],
         layer_expert_params=tuple(s.expert_params for s in layers) if moe else (),
-        max_position_embeddings=max_position_embeddings, layers=layers, tie_word_embeddings=tie_word_embeddings,
-        position_embedding="learned" if position_embeddings else "rope", final_norm=final_norm,
-        final_logit_softcapping=final_logit_softcapping, num_mtp_layers=num_mtp_layers,
+        max_position_embeddings=max_position_embeddings,
+        layers=layers,
+        tie_word_embeddings=tie_word_embeddings,
+        position_embedding="learned" if position_embeddings else "rope",
+        final_norm=final_norm,
+        final_logit_softcapping=final_logit_softcapping,
+        num_mtp_layers=num_mtp_layers,
     )

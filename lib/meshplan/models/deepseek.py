@@ -27,10 +27,17 @@ def _read(f: Fields, name: str, family: str) -> ModelSpec:
     mlp_bias = False if v3 else f.boolean("mlp_bias", False)
     nope, rope = f.integer("qk_nope_head_dim"), f.integer("qk_rope_head_dim")
     mla: dict[str, Any] = {
-        "mixer": "mla", "num_heads": a, "num_kv_heads": a, "head_dim": nope + rope,
+        "mixer": "mla",
+        "num_heads": a,
+        "num_kv_heads": a,
+        "head_dim": nope + rope,
         "v_head_dim": f.integer("v_head_dim"),
-        "q_lora_rank": f.opt_integer("q_lora_rank") or 0, "kv_lora_rank": f.integer("kv_lora_rank"),
-        "qk_rope_head_dim": rope, "qk_nope_head_dim": nope, "qkv_bias": attn_bias, "o_bias": attn_bias,
+        "q_lora_rank": f.opt_integer("q_lora_rank") or 0,
+        "kv_lora_rank": f.integer("kv_lora_rank"),
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": nope,
+        "qkv_bias": attn_bias,
+        "o_bias": attn_bias,
         "activation": f.string("hidden_act", "silu"),
     }
     n, k = f.integer("n_routed_experts"), f.integer("num_experts_per_tok")
@@ -41,9 +48,16 @@ def _read(f: Fields, name: str, family: str) -> ModelSpec:
     first_dense = f.integer("first_k_dense_replace", 3 if v3 else 0, lo=0)
     freq = f.integer("moe_layer_freq", 1, hi=MAX_LAYERS)
     is_moe = [i >= first_dense and i % freq == 0 for i in range(n_layers)]
-    moe = LayerSpec(**mla, num_experts=n, experts_per_token=k, expert_intermediate_size=width,
-                    num_shared_experts=shared or 0, shared_intermediate_size=(shared or 0) * width,
-                    shared_mlp_bias=mlp_bias and shared is not None, router_bias=v3)
+    moe = LayerSpec(
+        **mla,
+        num_experts=n,
+        experts_per_token=k,
+        expert_intermediate_size=width,
+        num_shared_experts=shared or 0,
+        shared_intermediate_size=(shared or 0) * width,
+        shared_mlp_bias=mlp_bias and shared is not None,
+        router_bias=v3,
+    )
     ffn = f.integer("intermediate_size") if not all(is_moe) else unused(f, "intermediate_size")
     dense = LayerSpec(**mla, intermediate_size=ffn, mlp_bias=mlp_bias)
     extra = {}
@@ -52,10 +66,16 @@ def _read(f: Fields, name: str, family: str) -> ModelSpec:
         # DeepSeek-V3 MTP module per depth: enorm, hnorm, eh_proj (2h -> h), one MoE layer, shared_head.norm; the
         # embedding and head it shares are not counted again (the paper's 671B excludes the module).
         extra["mtp"] = n_mtp * (2 * norm_params(h) + 2 * h * h + counted(h, moe).params + norm_params(h))
-    return build_spec(name=name, family=family, hidden_size=h, vocab_size=vocab,
-                      layers=[moe if m else dense for m in is_moe],
-                      tie_word_embeddings=f.boolean("tie_word_embeddings", False),
-                      max_position_embeddings=f.opt_integer("max_position_embeddings"), extra=extra)
+    return build_spec(
+        name=name,
+        family=family,
+        hidden_size=h,
+        vocab_size=vocab,
+        layers=[moe if m else dense for m in is_moe],
+        tie_word_embeddings=f.boolean("tie_word_embeddings", False),
+        max_position_embeddings=f.opt_integer("max_position_embeddings"),
+        extra=extra,
+    )
 
 
 def deepseek_v2(f: Fields, name: str) -> ModelSpec:

@@ -24,8 +24,15 @@ from typing import Any
 from .fields import MAX_LAYERS, Fields, show
 from .spec import COMPONENT_KEYS, LayerSpec, ModelSpec, ParamCount
 
-ESTIMATED = ("components", "layers", "kv_width", "num_full_attention_layers", "flop_params", "routed_expert_params",
-             "layer_expert_params")
+ESTIMATED = (
+    "components",
+    "layers",
+    "kv_width",
+    "num_full_attention_layers",
+    "flop_params",
+    "routed_expert_params",
+    "layer_expert_params",
+)
 _EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 
 
@@ -42,12 +49,17 @@ def _transformers_types() -> frozenset[str]:
         return frozenset()
     auto = Path(next(iter(spec.submodule_search_locations))) / "models" / "auto"
     try:
-        names = {m for f in ("auto_mappings.py", "configuration_auto.py")
-                 for m in _PAIR.findall((auto / f).read_text(encoding="utf-8")) if not m.isupper()}
+        names = {
+            m
+            for f in ("auto_mappings.py", "configuration_auto.py")
+            for m in _PAIR.findall((auto / f).read_text(encoding="utf-8"))
+            if not m.isupper()
+        }
     except OSError:
         names = set()
     if "llama" not in names:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
         names = set(CONFIG_MAPPING_NAMES)
     return frozenset(names)
 
@@ -68,8 +80,9 @@ def _build(cfg: dict, where: str) -> Any:
             return AutoModelForCausalLM.from_config(config)
     except Exception as exc:
         text = " ".join(str(exc).split())[:300]
-        raise ValueError(f"transformers cannot build {where} (model_type {cfg['model_type']!r}): "
-                         f"{type(exc).__name__}: {text}") from None
+        raise ValueError(
+            f"transformers cannot build {where} (model_type {cfg['model_type']!r}): {type(exc).__name__}: {text}"
+        ) from None
 
 
 def _decoder_layers(model: Any, n_layers: int) -> list[Any]:
@@ -97,7 +110,7 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
     expert_ffn = f.integer("moe_intermediate_size", ffn, lo=0) if n_experts else 0
     model = _build(dict(cfg), where)
 
-    params = {id(p): p for p in model.parameters()}       # tied weights once
+    params = {id(p): p for p in model.parameters()}  # tied weights once
     total = sum(p.numel() for p in params.values())
     emb = model.get_input_embeddings()
     head = model.get_output_embeddings()
@@ -124,10 +137,21 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
             else:
                 comps["mlp"] += p.numel()
         n = sum(p.numel() for p in m.parameters())
-        specs.append(LayerSpec(mixer="attention", num_heads=a, num_kv_heads=kv, head_dim=d, v_head_dim=d,
-                               intermediate_size=0 if experts else ffn, num_experts=n_experts if experts else 0,
-                               experts_per_token=k if experts else 0,
-                               expert_intermediate_size=expert_ffn if experts else 0, params=n, expert_params=experts))
+        specs.append(
+            LayerSpec(
+                mixer="attention",
+                num_heads=a,
+                num_kv_heads=kv,
+                head_dim=d,
+                v_head_dim=d,
+                intermediate_size=0 if experts else ffn,
+                num_experts=n_experts if experts else 0,
+                experts_per_token=k if experts else 0,
+                expert_intermediate_size=expert_ffn if experts else 0,
+                params=n,
+                expert_params=experts,
+            )
+        )
     known = {id(p) for p in emb.parameters()} if emb is not None else set()
     if head is not None:
         known |= {id(p) for p in head.parameters()}
@@ -140,7 +164,7 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
 
     moe = [s for s in specs if s.is_moe]
     in_layers = sum(s.params for s in specs)
-    rest = total - emb_n - head_n - in_layers              # final norm, learned positions, vision, ...
+    rest = total - emb_n - head_n - in_layers  # final norm, learned positions, vision, ...
     counts: dict[int, int] = {}
     for s in specs:
         counts[s.params] = counts.get(s.params, 0) + 1
@@ -148,15 +172,29 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
     groups += [("layers" if len(counts) == 1 else f"layers_{p}", n, p) for p, n in counts.items()]
     groups.append(("other", 1, rest))
     return ModelSpec(
-        name=name, family=str(cfg["model_type"]), hidden_size=h, num_layers=n_layers, num_attention_heads=a,
-        num_key_value_heads=kv, head_dim=d, kv_width=2 * kv * d, num_full_attention_layers=n_layers, vocab_size=vocab,
-        params=ParamCount(total, MappingProxyType(comps), tuple(groups)), layer_params=tuple(s.params for s in specs),
+        name=name,
+        family=str(cfg["model_type"]),
+        hidden_size=h,
+        num_layers=n_layers,
+        num_attention_heads=a,
+        num_key_value_heads=kv,
+        head_dim=d,
+        kv_width=2 * kv * d,
+        num_full_attention_layers=n_layers,
+        vocab_size=vocab,
+        params=ParamCount(total, MappingProxyType(comps), tuple(groups)),
+        layer_params=tuple(s.params for s in specs),
         flop_params=sum(s.activated_params for s in specs) + rest - comps["vision"] + vocab * h,
-        num_experts=n_experts if moe else 0, experts_per_token=k if moe else 0, num_moe_layers=len(moe),
+        num_experts=n_experts if moe else 0,
+        experts_per_token=k if moe else 0,
+        num_moe_layers=len(moe),
         routed_expert_params=comps["routed_experts"],
         layer_expert_params=tuple(s.expert_params for s in specs) if moe else (),
-        max_position_embeddings=f.opt_integer("max_position_embeddings"), layers=tuple(specs),
-        tie_word_embeddings=tied, estimated=ESTIMATED)
+        max_position_embeddings=f.opt_integer("max_position_embeddings"),
+        layers=tuple(specs),
+        tie_word_embeddings=tied,
+        estimated=ESTIMATED,
+    )
 
 
 __all__ = ["ESTIMATED", "from_transformers", "show", "transformers_knows"]

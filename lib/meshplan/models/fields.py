@@ -23,31 +23,75 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-MAX_INT = 2**40       # widths, vocabularies, ranks, expert counts: far above any model, far below float trouble
-MAX_LAYERS = 2**16    # decoder layers, vision blocks: each becomes an entry of a tuple
+MAX_INT = 2**40  # widths, vocabularies, ranks, expert counts: far above any model, far below float trouble
+MAX_LAYERS = 2**16  # decoder layers, vision blocks: each becomes an entry of a tuple
 _MISSING: Any = object()
 
 # Keys that change the parameter count. A family's loader reads those its architecture has; any other one present
 # with a value that is not null, 0, false or empty is refused by name (see ``Fields.refuse_unread``).
-COUNT_KEYS = frozenset({
-    # experts
-    "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
-    "moe_intermediate_size", "expert_intermediate_size", "n_shared_experts", "num_shared_experts",
-    "shared_expert_intermediate_size", "moe_shared_expert_intermediate_size", "shared_intermediate_size",
-    "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
-    # attention variants
-    "attention_bias", "qkv_bias", "mlp_bias", "use_qkv_bias", "use_bias", "bias", "use_qk_norm", "qk_layernorm",
-    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "attn_output_gate",
-    "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-    "linear_conv_kernel_dim", "add_cross_attention",
-    # extra modules
-    "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_mtp_layers", "mtp_use_dedicated_embeddings",
-    "vision_config", "audio_config", "text_config", "deepstack_visual_indexes",
-})
+COUNT_KEYS = frozenset(
+    {
+        # experts
+        "num_local_experts",
+        "num_experts",
+        "n_routed_experts",
+        "moe_num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "expert_intermediate_size",
+        "n_shared_experts",
+        "num_shared_experts",
+        "shared_expert_intermediate_size",
+        "moe_shared_expert_intermediate_size",
+        "shared_intermediate_size",
+        "first_k_dense_replace",
+        "moe_layer_freq",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+        # attention variants
+        "attention_bias",
+        "qkv_bias",
+        "mlp_bias",
+        "use_qkv_bias",
+        "use_bias",
+        "bias",
+        "use_qk_norm",
+        "qk_layernorm",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_rope_head_dim",
+        "qk_nope_head_dim",
+        "v_head_dim",
+        "attn_output_gate",
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_conv_kernel_dim",
+        "add_cross_attention",
+        # extra modules
+        "num_nextn_predict_layers",
+        "mtp_num_hidden_layers",
+        "num_mtp_layers",
+        "mtp_use_dedicated_embeddings",
+        "vision_config",
+        "audio_config",
+        "text_config",
+        "deepstack_visual_indexes",
+    }
+)
 
 
-_EXPERT_COUNTS = {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", "n_shared_experts",
-                  "num_shared_experts", "vision_config", "text_config"}
+_EXPERT_COUNTS = {
+    "num_local_experts",
+    "num_experts",
+    "n_routed_experts",
+    "moe_num_experts",
+    "n_shared_experts",
+    "num_shared_experts",
+    "vision_config",
+    "text_config",
+}
 
 
 def show(value: Any) -> str:
@@ -56,7 +100,7 @@ def show(value: Any) -> str:
         return f"an integer of {value.bit_length()} bits"
     try:
         text = repr(value)
-    except (RecursionError, ValueError):   # nested too deeply, or an integer beyond Python's str() limit
+    except (RecursionError, ValueError):  # nested too deeply, or an integer beyond Python's str() limit
         return f"a {type(value).__name__} too large to show"
     return text if len(text) <= 60 else text[:50] + f"... ({len(text):,} characters)"
 
@@ -71,8 +115,7 @@ class Fields:
 
     def __init__(self, cfg: Mapping, where: str, prefix: str = ""):
         if not isinstance(cfg, Mapping):
-            raise ValueError(
-                             f"expected a JSON object, got {show(cfg)}")
+            raise ValueError(f"expected a JSON object, got {show(cfg)}")
         self.cfg, self.where, self.prefix = cfg, where, prefix
         self.read: set[str] = set()
 
@@ -171,8 +214,9 @@ class Fields:
             raise self.error(f"'{self.name(key)}' must list {length} layer types (one per layer), got {got}")
         for i, item in enumerate(value):
             if not isinstance(item, str) or item not in allowed:
-                raise self.error(f"'{self.name(key)}[{i}]' must be one of {', '.join(repr(c) for c in allowed)}, "
-                                 f"got {show(item)}")
+                raise self.error(
+                    f"'{self.name(key)}[{i}]' must be one of {', '.join(repr(c) for c in allowed)}, got {show(item)}"
+                )
         return tuple(value)
 
     def section(self, key: str) -> Fields:
@@ -206,4 +250,5 @@ class Fields:
             raise self.error(
                 f"{keys} {'changes' if len(bad) == 1 else 'change'} the parameter count, but a '{family}' model has "
                 f"no such part: check 'model_type' (a MoE or multimodal config relabelled '{family}' would be "
-                f"undercounted) or remove {'it' if len(bad) == 1 else 'them'}")
+                f"undercounted) or remove {'it' if len(bad) == 1 else 'them'}"
+            )

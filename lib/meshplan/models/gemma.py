@@ -15,14 +15,32 @@ from .spec import LayerSpec, ModelSpec
 
 
 def _layers(f: Fields, s, types, window, qk_norm: bool, softcap: float | None) -> list[LayerSpec]:
-    bias, act, ffn = f.boolean("attention_bias", False), f.string("hidden_activation", "gelu_pytorch_tanh"), \
-        f.integer("intermediate_size")
-    return [LayerSpec(mixer="attention", sliding_window=w, num_heads=s.heads, num_kv_heads=s.kv_heads,
-                      head_dim=s.head_dim, v_head_dim=s.head_dim, qkv_bias=bias, o_bias=bias, qk_norm=qk_norm,
-                      qk_norm_scope="head" if qk_norm else "", qk_norm_width=s.head_dim if qk_norm else 0,
-                      attn_logit_softcapping=softcap, activation=act, intermediate_size=ffn, norms_per_layer=4,
-                      norm_position="sandwich")
-            for w in windows(types, window)]
+    bias, act, ffn = (
+        f.boolean("attention_bias", False),
+        f.string("hidden_activation", "gelu_pytorch_tanh"),
+        f.integer("intermediate_size"),
+    )
+    return [
+        LayerSpec(
+            mixer="attention",
+            sliding_window=w,
+            num_heads=s.heads,
+            num_kv_heads=s.kv_heads,
+            head_dim=s.head_dim,
+            v_head_dim=s.head_dim,
+            qkv_bias=bias,
+            o_bias=bias,
+            qk_norm=qk_norm,
+            qk_norm_scope="head" if qk_norm else "",
+            qk_norm_width=s.head_dim if qk_norm else 0,
+            attn_logit_softcapping=softcap,
+            activation=act,
+            intermediate_size=ffn,
+            norms_per_layer=4,
+            norm_position="sandwich",
+        )
+        for w in windows(types, window)
+    ]
 
 
 def gemma2(f: Fields, name: str) -> ModelSpec:
@@ -30,23 +48,36 @@ def gemma2(f: Fields, name: str) -> ModelSpec:
     default; logit softcapping 50 (attention) and 30 (output) by default."""
     s = read_shape(f, kv_heads=REQUIRED, head_dim=REQUIRED)
     default = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(s.layers)]
-    layers = _layers(f, s, attention_types(f, s.layers, default), f.opt_integer("sliding_window", 4096), False,
-                     f.number("attn_logit_softcapping", 50.0))
-    return build_spec(name=name, family="gemma2", hidden_size=s.hidden, vocab_size=s.vocab, layers=layers,
-                      tie_word_embeddings=f.boolean("tie_word_embeddings", True),
-                      max_position_embeddings=f.opt_integer("max_position_embeddings"),
-                      final_logit_softcapping=f.number("final_logit_softcapping", 30.0))
+    layers = _layers(
+        f,
+        s,
+        attention_types(f, s.layers, default),
+        f.opt_integer("sliding_window", 4096),
+        False,
+        f.number("attn_logit_softcapping", 50.0),
+    )
+    return build_spec(
+        name=name,
+        family="gemma2",
+        hidden_size=s.hidden,
+        vocab_size=s.vocab,
+        layers=layers,
+        tie_word_embeddings=f.boolean("tie_word_embeddings", True),
+        max_position_embeddings=f.opt_integer("max_position_embeddings"),
+        final_logit_softcapping=f.number("final_logit_softcapping", 30.0),
+    )
 
 
 def _gemma3_text(f: Fields) -> tuple:
     s = read_shape(f, kv_heads=REQUIRED, head_dim=REQUIRED)
     window = f.opt_integer("sliding_window", 4096)
     if f.boolean("use_bidirectional_attention", False) and window is not None:
-        window = window // 2 + 1   # Gemma3TextConfig: the exclusive bound flash attention needs
+        window = window // 2 + 1  # Gemma3TextConfig: the exclusive bound flash attention needs
     pattern = f.integer("sliding_window_pattern", 6, hi=MAX_LAYERS)
     default = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(s.layers)]
-    layers = _layers(f, s, attention_types(f, s.layers, default), window, True,
-                     f.number("attn_logit_softcapping", None))
+    layers = _layers(
+        f, s, attention_types(f, s.layers, default), window, True, f.number("attn_logit_softcapping", None)
+    )
     return s, layers, f.number("final_logit_softcapping", None)
 
 
@@ -54,9 +85,16 @@ def gemma3_text(f: Fields, name: str) -> ModelSpec:
     """Gemma 3 text model (Gemma 3 1B; the text part of the larger ones): every sixth layer full attention by
     default (``sliding_window_pattern``), per-head q/k RMSNorm, no softcapping by default."""
     s, layers, cap = _gemma3_text(f)
-    return build_spec(name=name, family="gemma3_text", hidden_size=s.hidden, vocab_size=s.vocab, layers=layers,
-                      tie_word_embeddings=f.boolean("tie_word_embeddings", True),
-                      max_position_embeddings=f.opt_integer("max_position_embeddings"), final_logit_softcapping=cap)
+    return build_spec(
+        name=name,
+        family="gemma3_text",
+        hidden_size=s.hidden,
+        vocab_size=s.vocab,
+        layers=layers,
+        tie_word_embeddings=f.boolean("tie_word_embeddings", True),
+        max_position_embeddings=f.opt_integer("max_position_embeddings"),
+        final_logit_softcapping=cap,
+    )
 
 
 def siglip_vision_params(v: Fields) -> int:
@@ -89,10 +127,17 @@ def gemma3(f: Fields, name: str) -> ModelSpec:
     v = f.section("vision_config")
     s, layers, cap = _gemma3_text(t)
     vision = siglip_vision_params(v) + v.integer("hidden_size") * s.hidden + v.integer("hidden_size")
-    spec = build_spec(name=name, family="gemma3", hidden_size=s.hidden, vocab_size=s.vocab, layers=layers,
-                      tie_word_embeddings=composite_tie(f, t, True),
-                      max_position_embeddings=t.opt_integer("max_position_embeddings"), final_logit_softcapping=cap,
-                      vision=vision)
+    spec = build_spec(
+        name=name,
+        family="gemma3",
+        hidden_size=s.hidden,
+        vocab_size=s.vocab,
+        layers=layers,
+        tie_word_embeddings=composite_tie(f, t, True),
+        max_position_embeddings=t.opt_integer("max_position_embeddings"),
+        final_logit_softcapping=cap,
+        vision=vision,
+    )
     t.refuse_unread("gemma3")
     v.refuse_unread("gemma3")
     return spec

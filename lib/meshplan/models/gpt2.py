@@ -20,9 +20,30 @@ def gpt2(f: Fields, name: str) -> ModelSpec:
         raise f.error(f"n_head={a} does not divide n_embd={h}")
     bias = f.boolean("bias", True)
     norm = f.string("norm", "layernorm", choices=("layernorm", "rmsnorm"))
-    layer = LayerSpec(mixer="attention", num_heads=a, num_kv_heads=a, head_dim=h // a, v_head_dim=h // a,
-                      qkv_bias=bias, o_bias=bias, mlp="plain", activation=f.string("activation_function", "gelu_new"),
-                      intermediate_size=f.integer("n_inner", 4 * h), mlp_bias=bias, norm=norm, norm_bias=bias)
-    return build_spec(name=name, family="gpt2", hidden_size=h, vocab_size=vocab, layers=[layer] * n_layers,
-                      tie_word_embeddings=f.boolean("tie_word_embeddings", True), final_norm=norm, final_norm_bias=bias,
-                      position_embeddings=positions, max_position_embeddings=positions)
+    layer = LayerSpec(
+        mixer="attention",
+        num_heads=a,
+        num_kv_heads=a,
+        head_dim=h // a,
+        v_head_dim=h // a,
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp="plain",
+        activation=f.string("activation_function", "gelu_new"),
+        intermediate_size=f.integer("n_inner", 4 * h),
+        mlp_bias=bias,
+        norm=norm,
+        norm_bias=bias,
+    )
+    return build_spec(
+        name=name,
+        family="gpt2",
+        hidden_size=h,
+        vocab_size=vocab,
+        layers=[layer] * n_layers,
+        tie_word_embeddings=f.boolean("tie_word_embeddings", True),
+        final_norm=norm,
+        final_norm_bias=bias,
+        position_embeddings=positions,
+        max_position_embeddings=positions,
+    )

@@ -14,8 +14,15 @@ from .spec import LayerSpec, ModelSpec
 
 
 def _attention(f: Fields, s, **kw) -> dict:
-    return dict(mixer="attention", num_heads=s.heads, num_kv_heads=s.kv_heads, head_dim=s.head_dim,
-                v_head_dim=s.head_dim, activation=f.string("hidden_act", "silu"), **kw)
+    return dict(
+        mixer="attention",
+        num_heads=s.heads,
+        num_kv_heads=s.kv_heads,
+        head_dim=s.head_dim,
+        v_head_dim=s.head_dim,
+        activation=f.string("hidden_act", "silu"),
+        **kw,
+    )
 
 
 def _experts(f: Fields, expert_key: str = "num_local_experts") -> tuple[int, int]:
@@ -28,16 +35,26 @@ def _experts(f: Fields, expert_key: str = "num_local_experts") -> tuple[int, int
 
 
 def _spec(f: Fields, name: str, family: str, s, layers, tied: bool) -> ModelSpec:
-    return build_spec(name=name, family=family, hidden_size=s.hidden, vocab_size=s.vocab, layers=layers,
-                      tie_word_embeddings=tied, max_position_embeddings=f.opt_integer("max_position_embeddings"))
+    return build_spec(
+        name=name,
+        family=family,
+        hidden_size=s.hidden,
+        vocab_size=s.vocab,
+        layers=layers,
+        tie_word_embeddings=tied,
+        max_position_embeddings=f.opt_integer("max_position_embeddings"),
+    )
 
 
 def llama(f: Fields, name: str) -> ModelSpec:
     """Llama 2/3 (``LlamaAttention``: q, k, v, o with ``attention_bias``; ``LlamaMLP`` with ``mlp_bias``)."""
     s = read_shape(f)
     bias = f.boolean("attention_bias", False)
-    layer = LayerSpec(**_attention(f, s, qkv_bias=bias, o_bias=bias), intermediate_size=f.integer("intermediate_size"),
-                      mlp_bias=f.boolean("mlp_bias", False))
+    layer = LayerSpec(
+        **_attention(f, s, qkv_bias=bias, o_bias=bias),
+        intermediate_size=f.integer("intermediate_size"),
+        mlp_bias=f.boolean("mlp_bias", False),
+    )
     return _spec(f, name, "llama", s, [layer] * s.layers, f.boolean("tie_word_embeddings", False))
 
 
@@ -45,8 +62,10 @@ def mistral(f: Fields, name: str) -> ModelSpec:
     """Mistral 7B: llama without biases; every layer attends within ``sliding_window`` (default 4096, as
     ``MistralConfig``; null for full attention)."""
     s = read_shape(f, kv_heads=REQUIRED)
-    layer = LayerSpec(**_attention(f, s, sliding_window=f.opt_integer("sliding_window", 4096)),
-                      intermediate_size=f.integer("intermediate_size"))
+    layer = LayerSpec(
+        **_attention(f, s, sliding_window=f.opt_integer("sliding_window", 4096)),
+        intermediate_size=f.integer("intermediate_size"),
+    )
     return _spec(f, name, "mistral", s, [layer] * s.layers, f.boolean("tie_word_embeddings", False))
 
 
@@ -55,8 +74,12 @@ def mixtral(f: Fields, name: str) -> ModelSpec:
     with a bias-free router, top-``num_experts_per_tok``."""
     s = read_shape(f, kv_heads=REQUIRED)
     n, k = _experts(f)
-    layer = LayerSpec(**_attention(f, s, sliding_window=f.opt_integer("sliding_window", None)), num_experts=n,
-                      experts_per_token=k, expert_intermediate_size=f.integer("intermediate_size"))
+    layer = LayerSpec(
+        **_attention(f, s, sliding_window=f.opt_integer("sliding_window", None)),
+        num_experts=n,
+        experts_per_token=k,
+        expert_intermediate_size=f.integer("intermediate_size"),
+    )
     return _spec(f, name, "mixtral", s, [layer] * s.layers, f.boolean("tie_word_embeddings", False))
 
 
@@ -64,8 +87,10 @@ def phi3(f: Fields, name: str) -> ModelSpec:
     """Phi-3: fused qkv_proj and gate_up_proj (the same counts as separate projections), no biases, every layer
     windowed by ``sliding_window`` when set."""
     s = read_shape(f)
-    layer = LayerSpec(**_attention(f, s, sliding_window=f.opt_integer("sliding_window", None)),
-                      intermediate_size=f.integer("intermediate_size"))
+    layer = LayerSpec(
+        **_attention(f, s, sliding_window=f.opt_integer("sliding_window", None)),
+        intermediate_size=f.integer("intermediate_size"),
+    )
     return _spec(f, name, "phi3", s, [layer] * s.layers, f.boolean("tie_word_embeddings", False))
 
 
@@ -74,7 +99,17 @@ def olmo2(f: Fields, name: str) -> ModelSpec:
     after the attention and the MLP instead of before (``Olmo2DecoderLayer``)."""
     s = read_shape(f)
     bias = f.boolean("attention_bias", False)
-    layer = LayerSpec(**_attention(f, s, qkv_bias=bias, o_bias=bias, qk_norm=True, qk_norm_scope="projection",
-                                   qk_norm_width=s.heads * s.head_dim),
-                      intermediate_size=f.integer("intermediate_size"), norm_position="post")
+    layer = LayerSpec(
+        **_attention(
+            f,
+            s,
+            qkv_bias=bias,
+            o_bias=bias,
+            qk_norm=True,
+            qk_norm_scope="projection",
+            qk_norm_width=s.heads * s.head_dim,
+        ),
+        intermediate_size=f.integer("intermediate_size"),
+        norm_position="post",
+    )
     return _spec(f, name, "olmo2", s, [layer] * s.layers, f.boolean("tie_word_embeddings", False))

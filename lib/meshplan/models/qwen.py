@@ -29,18 +29,26 @@ def _window(f: Fields, n_layers: int, alternate: bool = False) -> tuple[int | No
     window = f.opt_integer("sliding_window", 4096) if use else None
     below = f.integer("max_window_layers", 28, lo=0)
     if alternate:
-        default = ["sliding_attention" if (i + 1) % 2 and i < below and use else "full_attention"
-                   for i in range(n_layers)]
+        default = [
+            "sliding_attention" if (i + 1) % 2 and i < below and use else "full_attention" for i in range(n_layers)
+        ]
     else:
-        default = ["sliding_attention" if window is not None and i >= below else "full_attention"
-                   for i in range(n_layers)]
+        default = [
+            "sliding_attention" if window is not None and i >= below else "full_attention" for i in range(n_layers)
+        ]
     return windows(attention_types(f, n_layers, default), window)
 
 
 def _qwen(f: Fields, name: str, family: str, s, layers) -> ModelSpec:
-    return build_spec(name=name, family=family, hidden_size=s.hidden, vocab_size=s.vocab, layers=layers,
-                      tie_word_embeddings=f.boolean("tie_word_embeddings", False),
-                      max_position_embeddings=f.opt_integer("max_position_embeddings"))
+    return build_spec(
+        name=name,
+        family=family,
+        hidden_size=s.hidden,
+        vocab_size=s.vocab,
+        layers=layers,
+        tie_word_embeddings=f.boolean("tie_word_embeddings", False),
+        max_position_embeddings=f.opt_integer("max_position_embeddings"),
+    )
 
 
 def _experts(f: Fields) -> tuple[int, int, int]:
@@ -59,9 +67,20 @@ def qwen2(f: Fields, name: str) -> ModelSpec:
     """Qwen2/2.5: biases on q, k and v (always, ``Qwen2Attention``), none on o or the MLP."""
     s = read_shape(f, kv_heads=REQUIRED)
     act, ffn = f.string("hidden_act", "silu"), f.integer("intermediate_size")
-    layers = [LayerSpec(mixer="attention", sliding_window=w, num_heads=s.heads, num_kv_heads=s.kv_heads,
-                        head_dim=s.head_dim, v_head_dim=s.head_dim, qkv_bias=True, activation=act,
-                        intermediate_size=ffn) for w in _window(f, s.layers)]
+    layers = [
+        LayerSpec(
+            mixer="attention",
+            sliding_window=w,
+            num_heads=s.heads,
+            num_kv_heads=s.kv_heads,
+            head_dim=s.head_dim,
+            v_head_dim=s.head_dim,
+            qkv_bias=True,
+            activation=act,
+            intermediate_size=ffn,
+        )
+        for w in _window(f, s.layers)
+    ]
     return _qwen(f, name, "qwen2", s, layers)
 
 
@@ -69,10 +88,24 @@ def qwen3(f: Fields, name: str) -> ModelSpec:
     """Qwen3: ``attention_bias`` on q, k, v and o; per-head RMSNorm on q and k (``q_norm``, ``k_norm``)."""
     s = read_shape(f, kv_heads=REQUIRED, head_dim=REQUIRED)
     bias, act, ffn = f.boolean("attention_bias", False), f.string("hidden_act", "silu"), f.integer("intermediate_size")
-    layers = [LayerSpec(mixer="attention", sliding_window=w, num_heads=s.heads, num_kv_heads=s.kv_heads,
-                        head_dim=s.head_dim, v_head_dim=s.head_dim, qkv_bias=bias, o_bias=bias, qk_norm=True,
-                        qk_norm_scope="head", qk_norm_width=s.head_dim, activation=act, intermediate_size=ffn)
-              for w in _window(f, s.layers)]
+    layers = [
+        LayerSpec(
+            mixer="attention",
+            sliding_window=w,
+            num_heads=s.heads,
+            num_kv_heads=s.kv_heads,
+            head_dim=s.head_dim,
+            v_head_dim=s.head_dim,
+            qkv_bias=bias,
+            o_bias=bias,
+            qk_norm=True,
+            qk_norm_scope="head",
+            qk_norm_width=s.head_dim,
+            activation=act,
+            intermediate_size=ffn,
+        )
+        for w in _window(f, s.layers)
+    ]
     return _qwen(f, name, "qwen3", s, layers)
 
 
@@ -91,10 +124,27 @@ def qwen2_moe(f: Fields, name: str) -> ModelSpec:
     for w, is_moe in zip(_window(f, s.layers, alternate=True), moe, strict=True):
         ffn_kw: dict[str, Any] = {"intermediate_size": ffn}
         if is_moe:
-            ffn_kw = {"num_experts": n, "experts_per_token": k, "expert_intermediate_size": width,
-                      "num_shared_experts": 1, "shared_intermediate_size": shared, "shared_expert_gate": True}
-        layers.append(LayerSpec(mixer="attention", sliding_window=w, num_heads=s.heads, num_kv_heads=s.kv_heads,
-                                head_dim=s.head_dim, v_head_dim=s.head_dim, qkv_bias=bias, activation=act, **ffn_kw))
+            ffn_kw = {
+                "num_experts": n,
+                "experts_per_token": k,
+                "expert_intermediate_size": width,
+                "num_shared_experts": 1,
+                "shared_intermediate_size": shared,
+                "shared_expert_gate": True,
+            }
+        layers.append(
+            LayerSpec(
+                mixer="attention",
+                sliding_window=w,
+                num_heads=s.heads,
+                num_kv_heads=s.kv_heads,
+                head_dim=s.head_dim,
+                v_head_dim=s.head_dim,
+                qkv_bias=bias,
+                activation=act,
+                **ffn_kw,
+            )
+        )
     return _qwen(f, name, "qwen2_moe", s, layers)
 
 
@@ -109,9 +159,22 @@ def qwen3_moe(f: Fields, name: str) -> ModelSpec:
     window = f.opt_integer("sliding_window", 4096) if f.boolean("use_sliding_window", False) else None
     sparse: dict[str, Any] = {"num_experts": n, "experts_per_token": k, "expert_intermediate_size": width}
     dense: dict[str, Any] = {"intermediate_size": ffn}
-    layers = [LayerSpec(mixer="attention", sliding_window=window, num_heads=s.heads, num_kv_heads=s.kv_heads,
-                        head_dim=s.head_dim, v_head_dim=s.head_dim, qkv_bias=bias, o_bias=bias, qk_norm=True,
-                        qk_norm_scope="head", qk_norm_width=s.head_dim, activation=act,
-                        **(sparse if is_moe else dense))
-              for is_moe in moe]
+    layers = [
+        LayerSpec(
+            mixer="attention",
+            sliding_window=window,
+            num_heads=s.heads,
+            num_kv_heads=s.kv_heads,
+            head_dim=s.head_dim,
+            v_head_dim=s.head_dim,
+            qkv_bias=bias,
+            o_bias=bias,
+            qk_norm=True,
+            qk_norm_scope="head",
+            qk_norm_width=s.head_dim,
+            activation=act,
+            **(sparse if is_moe else dense),
+        )
+        for is_moe in moe
+    ]
     return _qwen(f, name, "qwen3_moe", s, layers)

@@ -54,32 +54,60 @@ def _read(f: Fields, name: str, family: str, moe: bool) -> ModelSpec:
         n, k = t.integer("num_experts"), t.integer("num_experts_per_tok")
         if k > n:
             raise t.error(f"'{t.name('num_experts_per_tok')}' = {k} exceeds '{t.name('num_experts')}' = {n}")
-        ffn = {"num_experts": n, "experts_per_token": k, "expert_intermediate_size": t.integer("moe_intermediate_size"),
-               "num_shared_experts": 1, "shared_intermediate_size": t.integer("shared_expert_intermediate_size", lo=0),
-               "shared_expert_gate": True}
+        ffn = {
+            "num_experts": n,
+            "experts_per_token": k,
+            "expert_intermediate_size": t.integer("moe_intermediate_size"),
+            "num_shared_experts": 1,
+            "shared_intermediate_size": t.integer("shared_expert_intermediate_size", lo=0),
+            "shared_expert_gate": True,
+        }
     else:
         ffn = {"intermediate_size": t.integer("intermediate_size")}
-    full = LayerSpec(mixer="attention", num_heads=s.heads, num_kv_heads=s.kv_heads, head_dim=s.head_dim,
-                     v_head_dim=s.head_dim, qkv_bias=bias, o_bias=bias, qk_norm=True, qk_norm_scope="head",
-                     qk_norm_width=s.head_dim, output_gate=t.boolean("attn_output_gate", True), activation=act, **ffn)
+    full = LayerSpec(
+        mixer="attention",
+        num_heads=s.heads,
+        num_kv_heads=s.kv_heads,
+        head_dim=s.head_dim,
+        v_head_dim=s.head_dim,
+        qkv_bias=bias,
+        o_bias=bias,
+        qk_norm=True,
+        qk_norm_scope="head",
+        qk_norm_width=s.head_dim,
+        output_gate=t.boolean("attn_output_gate", True),
+        activation=act,
+        **ffn,
+    )
     linear = full
-    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
-            "linear_conv_kernel_dim")
+    keys = (
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_conv_kernel_dim",
+    )
     if not n_linear:
         unused(t, *keys)
     else:
-        linear = LayerSpec(mixer="linear_attention", linear_num_key_heads=t.integer("linear_num_key_heads"),
-                           linear_num_value_heads=t.integer("linear_num_value_heads"),
-                           linear_key_head_dim=t.integer("linear_key_head_dim"),
-                           linear_value_head_dim=t.integer("linear_value_head_dim"),
-                           linear_conv_kernel=t.integer("linear_conv_kernel_dim"), activation=act, **ffn)
+        linear = LayerSpec(
+            mixer="linear_attention",
+            linear_num_key_heads=t.integer("linear_num_key_heads"),
+            linear_num_value_heads=t.integer("linear_num_value_heads"),
+            linear_key_head_dim=t.integer("linear_key_head_dim"),
+            linear_value_head_dim=t.integer("linear_value_head_dim"),
+            linear_conv_kernel=t.integer("linear_conv_kernel_dim"),
+            activation=act,
+            **ffn,
+        )
     layers = [full if kind == "full_attention" else linear for kind in given]
     # MTP (checkpoint ``mtp.*``, not built by transformers): fc 2h -> h, pre-fc norms of the hidden state and of the
     # embedding, a final norm, and n full-attention decoder layers; it shares the embedding and the head.
     n_mtp = t.integer("mtp_num_hidden_layers", 0, lo=0, hi=MAX_LAYERS)
     if t.boolean("mtp_use_dedicated_embeddings", False):
-        raise t.error(f"'{t.name('mtp_use_dedicated_embeddings')}' = true: an MTP module with its own embedding is "
-                      "not modelled")
+        raise t.error(
+            f"'{t.name('mtp_use_dedicated_embeddings')}' = true: an MTP module with its own embedding is not modelled"
+        )
     mtp = 2 * s.hidden * s.hidden + 3 * s.hidden + n_mtp * counted(s.hidden, full).params if n_mtp else 0
     v = f.opt_section("vision_config")
     vision = 0
@@ -87,9 +115,18 @@ def _read(f: Fields, name: str, family: str, moe: bool) -> ModelSpec:
         vision = vision_params(v, s.hidden)
         v.refuse_unread(family)
     tied = composite_tie(f, t, False)
-    spec = build_spec(name=name, family=family, hidden_size=s.hidden, vocab_size=s.vocab, layers=layers,
-                      tie_word_embeddings=tied, max_position_embeddings=t.opt_integer("max_position_embeddings"),
-                      vision=vision, mtp=mtp, num_mtp_layers=n_mtp)
+    spec = build_spec(
+        name=name,
+        family=family,
+        hidden_size=s.hidden,
+        vocab_size=s.vocab,
+        layers=layers,
+        tie_word_embeddings=tied,
+        max_position_embeddings=t.opt_integer("max_position_embeddings"),
+        vision=vision,
+        mtp=mtp,
+        num_mtp_layers=n_mtp,
+    )
     if t is not f:
         t.refuse_unread(family)
     return spec

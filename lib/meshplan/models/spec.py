@@ -8,15 +8,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 COMPONENT_KEYS = (
-    "embedding",        # input token embedding (and learned positions for gpt2)
-    "head",             # output projection (0 when tied to the embedding)
-    "attention",        # softmax-attention mixers (q, k, v, o, their biases and norms; MLA for DeepSeek)
+    "embedding",  # input token embedding (and learned positions for gpt2)
+    "head",  # output projection (0 when tied to the embedding)
+    "attention",  # softmax-attention mixers (q, k, v, o, their biases and norms; MLA for DeepSeek)
     "linear_attention",  # Gated DeltaNet mixers (qwen3_5)
-    "mlp",              # dense MLPs, shared experts (and their gates) and MoE routers
-    "routed_experts",   # routed expert MLPs (MoE)
-    "norms",            # per-layer and final norms
-    "vision",           # vision tower and its projector (qwen3_5, gemma3)
-    "mtp",              # multi-token-prediction module (qwen3_5; DeepSeek-V3's is in ``extra``)
+    "mlp",  # dense MLPs, shared experts (and their gates) and MoE routers
+    "routed_experts",  # routed expert MLPs (MoE)
+    "norms",  # per-layer and final norms
+    "vision",  # vision tower and its projector (qwen3_5, gemma3)
+    "mtp",  # multi-token-prediction module (qwen3_5; DeepSeek-V3's is in ``extra``)
 )
 
 

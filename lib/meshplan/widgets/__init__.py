@@ -27,6 +27,22 @@ from .base import STATIC_ENV, Control, LiveControls, StaticWidget, static_and_li
 from .exercise import Check, Checklist, Exercise, Line
 from .predict import Reading, Result, compare, fmt_fixed, fmt_sig, grade, read_prediction, reveal
 
-__all__ = ["STATIC_ENV", "Check", "Checklist", "Control", "Exercise", "Line", "LiveControls", "Reading", "Result",
-           "StaticWidget", "compare", "fmt_fixed", "fmt_sig", "grade", "read_prediction", "reveal",
-           "static_and_live_bundle"]
+__all__ = [
+    "STATIC_ENV",
+    "Check",
+    "Checklist",
+    "Control",
+    "Exercise",
+    "Line",
+    "LiveControls",
+    "Reading",
+    "Result",
+    "StaticWidget",
+    "compare",
+    "fmt_fixed",
+    "fmt_sig",
+    "grade",
+    "read_prediction",
+    "reveal",
+    "static_and_live_bundle",
+]

@@ -80,10 +80,11 @@ def parameters(fn: Callable, what: str) -> tuple[str, ...]:
 
 def text_on(colour: str) -> str:
     """Black or white text, whichever contrasts more with the ``#rrggbb`` background (WCAG luminance)."""
+
     def channel(c: float) -> float:
         return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
 
-    r, g, b = (channel(int(colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    r, g, b = (channel(int(colour[i : i + 2], 16) / 255) for i in (1, 3, 5))
     lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
     return "#fff" if 1.05 / (lum + 0.05) > (lum + 0.05) / 0.05 else "#111"
 
@@ -105,8 +106,15 @@ def _parents(name: str, fn: Callable, values_of: Mapping[str, Any]) -> tuple[str
     return parents
 
 
-def _control(name: str, values: list[Any], label: str, default: Any, input: str | None, texts: Mapping[Any, str],
-             parents: tuple[str, ...]) -> Control:
+def _control(
+    name: str,
+    values: list[Any],
+    label: str,
+    default: Any,
+    input: str | None,
+    texts: Mapping[Any, str],
+    parents: tuple[str, ...],
+) -> Control:
     """One validated control."""
     if not values:
         raise ValueError(f"control {name!r} has no values")
@@ -159,22 +167,48 @@ class StaticWidget:
     id_prefix: ClassVar[str] = "mp-w-"
     max_combinations: ClassVar[int] = 2000
 
-    def __init__(self, id: str, controls: Mapping[str, Iterable[Any]] | None = None, *,
-                 labels: Mapping[str, str] | None = None, defaults: Mapping[str, Any] | None = None,
-                 inputs: Mapping[str, str] | None = None, texts: Mapping[str, Mapping[Any, str]] | None = None,
-                 depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None):
+    def __init__(
+        self,
+        id: str,
+        controls: Mapping[str, Iterable[Any]] | None = None,
+        *,
+        labels: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        inputs: Mapping[str, str] | None = None,
+        texts: Mapping[str, Mapping[Any, str]] | None = None,
+        depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
+    ):
         self.id = check_id(id, self.what)
         values_of: dict[str, list[Any]] = {name: list(values) for name, values in (controls or {}).items()}
-        labels, defaults, inputs, texts = dict(labels or {}), dict(defaults or {}), dict(inputs or {}), dict(texts or {})
-        for arg, given in (("labels", labels), ("defaults", defaults), ("inputs", inputs), ("texts", texts),
-                           ("depends", depends or {})):
+        labels, defaults, inputs, texts = (
+            dict(labels or {}),
+            dict(defaults or {}),
+            dict(inputs or {}),
+            dict(texts or {}),
+        )
+        for arg, given in (
+            ("labels", labels),
+            ("defaults", defaults),
+            ("inputs", inputs),
+            ("texts", texts),
+            ("depends", depends or {}),
+        ):
             for name in given:
                 if name not in values_of:
                     raise ValueError(f"{arg} names {name!r}, which is not a control ({', '.join(values_of) or 'none'})")
         self._depends = {name: (fn, _parents(name, fn, values_of)) for name, fn in (depends or {}).items()}
-        built = [_control(name, values, labels.get(name, name), defaults.get(name, values[0] if values else None),
-                          inputs.get(name), texts.get(name) or {}, self._depends.get(name, (None, ()))[1])
-                 for name, values in values_of.items()]
+        built = [
+            _control(
+                name,
+                values,
+                labels.get(name, name),
+                defaults.get(name, values[0] if values else None),
+                inputs.get(name),
+                texts.get(name) or {},
+                self._depends.get(name, (None, ()))[1],
+            )
+            for name, values in values_of.items()
+        ]
         self.controls: tuple[Control, ...] = tuple(built)
         self._by_name = {c.name: c for c in self.controls}
         self.order = self._topological_order()
@@ -182,8 +216,10 @@ class StaticWidget:
         start = self.defaults
         for name in self.order:
             if name in self._depends and start[name] not in self.allowed(name, start):
-                raise ValueError(f"default {name}={start[name]!r} is not allowed when "
-                                 + ", ".join(f"{p}={start[p]!r}" for p in self._depends[name][1]))
+                raise ValueError(
+                    f"default {name}={start[name]!r} is not allowed when "
+                    + ", ".join(f"{p}={start[p]!r}" for p in self._depends[name][1])
+                )
         for names in self.tables():
             self._check_size(names)
 
@@ -237,8 +273,9 @@ class StaticWidget:
                 raise ValueError(f"depends[{name!r}] must return the allowed values (an iterable)") from None
             allowed = tuple(v for v in c.values if v in ok)
             if not allowed:
-                raise ValueError(f"no value of {name} is allowed when "
-                                 + ", ".join(f"{p}={a!r}" for p, a in zip(parents, args)))
+                raise ValueError(
+                    f"no value of {name} is allowed when " + ", ".join(f"{p}={a!r}" for p, a in zip(parents, args))
+                )
             self._allowed_cache[(name, args)] = allowed
         return self._allowed_cache[(name, args)]
 
@@ -270,8 +307,9 @@ class StaticWidget:
         for n in names:
             size *= len(self._by_name[n].values)
         if size > _MAX_PRODUCT:
-            raise ValueError(f"{size:,} combinations of {', '.join(names)}; keep the page small "
-                             f"(at most {self.max_combinations:,})")
+            raise ValueError(
+                f"{size:,} combinations of {', '.join(names)}; keep the page small (at most {self.max_combinations:,})"
+            )
         count = len(self.combinations(names))
         if count > self.max_combinations:
             raise ValueError(f"{count:,} control combinations; keep the page small (at most {self.max_combinations:,})")
@@ -292,17 +330,26 @@ class StaticWidget:
 
     def payload(self) -> dict[str, Any]:
         """What the page receives: the controls and the table (subclasses add to it)."""
-        return {"controls": self.controls_payload(), "order": list(self.order),
-                "table": {k: self.encode(e) for k, e in self.table().items()}}
+        return {
+            "controls": self.controls_payload(),
+            "order": list(self.order),
+            "table": {k: self.encode(e) for k, e in self.table().items()},
+        }
 
     def controls_payload(self) -> list[dict[str, Any]]:
         out = []
         for c in self.controls:
-            item: dict[str, Any] = {"name": c.name, "input": c.input, "texts": list(c.texts),
-                                    "parents": list(c.parents)}
+            item: dict[str, Any] = {
+                "name": c.name,
+                "input": c.input,
+                "texts": list(c.texts),
+                "parents": list(c.parents),
+            }
             if c.parents:  # parents' key -> the allowed value indices
-                item["allow"] = {self.key(p, c.parents): [c.values.index(v) for v in self.allowed(c.name, p)]
-                                 for p in self.combinations(self._ancestors(c.name))}
+                item["allow"] = {
+                    self.key(p, c.parents): [c.values.index(v) for v in self.allowed(c.name, p)]
+                    for p in self.combinations(self._ancestors(c.name))
+                }
             out.append(item)
         return out
 
@@ -327,8 +374,9 @@ class StaticWidget:
         values = dict(self.defaults if values is None else values)
         rows = []
         for c in self.controls:
-            rows.append(control_html(c, self.dom_id, values[c.name],
-                                     self.allowed(c.name, values) if c.parents else None))
+            rows.append(
+                control_html(c, self.dom_id, values[c.name], self.allowed(c.name, values) if c.parents else None)
+            )
         return f'<div class="mp-controls">{"".join(rows)}</div>'
 
     def header_html(self) -> str:
@@ -339,13 +387,16 @@ class StaticWidget:
 
     def to_html(self) -> str:
         """The self-contained static widget: controls, body, the library's table as JSON and the runtime."""
-        data = json.dumps(self.payload(), sort_keys=True, ensure_ascii=True, separators=(",", ":"),
-                          allow_nan=False).replace("</", "<\\/")
+        data = json.dumps(
+            self.payload(), sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False
+        ).replace("</", "<\\/")
         script = core_js() + "\n" + kind_js(self.kind, self.script) + f'\nwindow.__meshplan.mount("{self.dom_id}");'
-        return (f'<div class="mp-widget mp-{self.kind}" id="{self.dom_id}" data-kind="{self.kind}">'
-                f"<style>{CSS}{self.css}</style>\n{self.header_html()}\n{self.controls_html()}\n{self.body_html()}\n"
-                f'<script type="application/json" class="mp-data">{data}</script>\n'
-                f"<script>{script}</script>\n</div>")
+        return (
+            f'<div class="mp-widget mp-{self.kind}" id="{self.dom_id}" data-kind="{self.kind}">'
+            f"<style>{CSS}{self.css}</style>\n{self.header_html()}\n{self.controls_html()}\n{self.body_html()}\n"
+            f'<script type="application/json" class="mp-data">{data}</script>\n'
+            f"<script>{script}</script>\n</div>"
+        )
 
     def text_plain(self) -> str:
         return f"{type(self).__name__} {self.id!r}"
@@ -377,25 +428,36 @@ def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | N
     i = c.values.index(value)
     if c.input == "slider":
         positions = [c.values.index(v) for v in allowed] if allowed is not None else list(range(len(c.values)))
-        return (f'<div class="mp-row"><label class="mp-label" for="{esc(el_id)}">{esc(c.label)}</label>'
-                f'<input type="range" class="mp-control mp-slider" id="{esc(el_id)}" data-name="{esc(c.name)}" '
-                f'min="0" max="{len(positions) - 1}" step="1" value="{positions.index(i)}"'
-                f'{" disabled" if len(positions) < 2 else ""}>'
-                f'<output class="mp-value" for="{esc(el_id)}">{esc(c.texts[i])}</output></div>')
-    off = set(range(len(c.values))) - ({c.values.index(v) for v in allowed} if allowed is not None else set(range(len(c.values))))
+        return (
+            f'<div class="mp-row"><label class="mp-label" for="{esc(el_id)}">{esc(c.label)}</label>'
+            f'<input type="range" class="mp-control mp-slider" id="{esc(el_id)}" data-name="{esc(c.name)}" '
+            f'min="0" max="{len(positions) - 1}" step="1" value="{positions.index(i)}"'
+            f"{' disabled' if len(positions) < 2 else ''}>"
+            f'<output class="mp-value" for="{esc(el_id)}">{esc(c.texts[i])}</output></div>'
+        )
+    off = set(range(len(c.values))) - (
+        {c.values.index(v) for v in allowed} if allowed is not None else set(range(len(c.values)))
+    )
     if c.input == "select":
-        options = "".join(f'<option value="{j}"{" selected" if j == i else ""}{" disabled" if j in off else ""}>'
-                          f"{esc(t)}</option>" for j, t in enumerate(c.texts))
-        return (f'<div class="mp-row"><label class="mp-label" for="{esc(el_id)}">{esc(c.label)}</label>'
-                f'<select class="mp-control mp-select" id="{esc(el_id)}" data-name="{esc(c.name)}">{options}'
-                f"</select></div>")
+        options = "".join(
+            f'<option value="{j}"{" selected" if j == i else ""}{" disabled" if j in off else ""}>{esc(t)}</option>'
+            for j, t in enumerate(c.texts)
+        )
+        return (
+            f'<div class="mp-row"><label class="mp-label" for="{esc(el_id)}">{esc(c.label)}</label>'
+            f'<select class="mp-control mp-select" id="{esc(el_id)}" data-name="{esc(c.name)}">{options}'
+            f"</select></div>"
+        )
     options = "".join(
         f'<label class="mp-option{" mp-disabled" if j in off else ""}"><input type="radio" name="{esc(el_id)}" '
         f'value="{j}"{" checked" if j == i else ""}{" disabled" if j in off else ""}>{esc(t)}</label>'
-        for j, t in enumerate(c.texts))
-    return (f'<div class="mp-row mp-control mp-radio" role="radiogroup" aria-labelledby="{esc(el_id)}-label" '
-            f'data-name="{esc(c.name)}"><span class="mp-label" id="{esc(el_id)}-label">{esc(c.label)}</span>'
-            f'<div class="mp-options">{options}</div></div>')
+        for j, t in enumerate(c.texts)
+    )
+    return (
+        f'<div class="mp-row mp-control mp-radio" role="radiogroup" aria-labelledby="{esc(el_id)}-label" '
+        f'data-name="{esc(c.name)}"><span class="mp-label" id="{esc(el_id)}-label">{esc(c.label)}</span>'
+        f'<div class="mp-options">{options}</div></div>'
+    )
 
 
 class LiveControls:
@@ -415,8 +477,9 @@ class LiveControls:
         for c in widget.controls:
             options = self._options(c, values)
             if c.input == "slider":
-                el = w.SelectionSlider(options=options, value=values[c.name], description=c.label,
-                                       continuous_update=False, style=style)
+                el = w.SelectionSlider(
+                    options=options, value=values[c.name], description=c.label, continuous_update=False, style=style
+                )
             elif c.input == "radio":
                 el = w.ToggleButtons(options=options, value=values[c.name], description=c.label, style=style)
             else:
@@ -447,8 +510,11 @@ class LiveControls:
                 options = self._options(c, values)
                 allowed = [v for _, v in options]
                 el = self.widgets[name]
-                keep = values[name] if values[name] in allowed else min(
-                    allowed, key=lambda v: abs(c.values.index(v) - c.values.index(values[name])))
+                keep = (
+                    values[name]
+                    if values[name] in allowed
+                    else min(allowed, key=lambda v: abs(c.values.index(v) - c.values.index(values[name])))
+                )
                 if [v for _, v in el.options] != allowed:
                     el.options = options
                 el.value = keep

@@ -66,7 +66,7 @@ function(root,data,ui){
   button.addEventListener("click",show);
   ui.onChange(function(){out.textContent="";});
 }
-"""
+"""  # noqa: E501  (JavaScript that the page runs, kept byte for byte)
 
 
 class Exercise(StaticWidget):
@@ -91,12 +91,23 @@ class Exercise(StaticWidget):
     id_prefix = "mp-ex-"
     script = _EXERCISE_JS
 
-    def __init__(self, id: str, question: str, answer: Callable[..., Any],
-                 sliders: Mapping[str, Sequence[Any]] | None = None, unit: str = "", digits: int = 1,
-                 explain: Callable[..., str] | None = None, tolerance: float = 0.05,
-                 labels: Mapping[str, str] | None = None, defaults: Mapping[str, Any] | None = None, *,
-                 inputs: Mapping[str, str] | None = None, texts: Mapping[str, Mapping[Any, str]] | None = None,
-                 depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None):
+    def __init__(
+        self,
+        id: str,
+        question: str,
+        answer: Callable[..., Any],
+        sliders: Mapping[str, Sequence[Any]] | None = None,
+        unit: str = "",
+        digits: int = 1,
+        explain: Callable[..., str] | None = None,
+        tolerance: float = 0.05,
+        labels: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        *,
+        inputs: Mapping[str, str] | None = None,
+        texts: Mapping[str, Mapping[Any, str]] | None = None,
+        depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
+    ):
         super().__init__(id, sliders, labels=labels, defaults=defaults, inputs=inputs, texts=texts, depends=depends)
         if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 12:
             raise ValueError(f"digits={digits!r} must be an integer from 0 to 12")
@@ -139,8 +150,11 @@ class Exercise(StaticWidget):
         prediction was read (an empty or unreadable one reveals nothing)."""
         r = self.result(**values)
         text = compare(prediction, r, self.unit, self.digits, self.tolerance)
-        shown = (not r.error and bool(squash(prediction))
-                 and (isinstance(r.value, str) or read_prediction(prediction, self.unit).error is None))
+        shown = (
+            not r.error
+            and bool(squash(prediction))
+            and (isinstance(r.value, str) or read_prediction(prediction, self.unit).error is None)
+        )
         return text, (r.explanation if shown else "")
 
     # ------------------------------------------------------------------ static HTML
@@ -153,12 +167,14 @@ class Exercise(StaticWidget):
     def body_html(self) -> str:
         esc, dom = html.escape, self.dom_id
         unit = f'<span class="mp-unit">{esc(self.unit)}</span>' if self.unit else ""
-        return (f'<div class="mp-row mp-predict"><label class="mp-label" for="{dom}-prediction">Your prediction'
-                f'</label><span><input type="text" class="mp-prediction" id="{dom}-prediction" autocomplete="off" '
-                f'spellcheck="false" aria-describedby="{dom}-answer"> {unit}</span>'
-                f'<span class="mp-buttons"><button type="button" class="mp-check mp-primary" disabled>Check</button>'
-                f'<button type="button" class="mp-show">Show me</button></span></div>'
-                f'<div class="mp-answer" id="{dom}-answer" aria-live="polite"></div>')
+        return (
+            f'<div class="mp-row mp-predict"><label class="mp-label" for="{dom}-prediction">Your prediction'
+            f'</label><span><input type="text" class="mp-prediction" id="{dom}-prediction" autocomplete="off" '
+            f'spellcheck="false" aria-describedby="{dom}-answer"> {unit}</span>'
+            f'<span class="mp-buttons"><button type="button" class="mp-check mp-primary" disabled>Check</button>'
+            f'<button type="button" class="mp-show">Show me</button></span></div>'
+            f'<div class="mp-answer" id="{dom}-answer" aria-live="polite"></div>'
+        )
 
     def text_plain(self) -> str:
         return f"Exercise {self.id!r}: {self.question}"
@@ -197,8 +213,14 @@ class Exercise(StaticWidget):
         show.on_click(do_show)
         controls.observe(moved)
         moved()
-        return w.VBox([w.HTML(f"<b>Predict, then check.</b> {html.escape(self.question)}"),
-                       *controls.widgets.values(), w.HBox([pred, check, show]), out])
+        return w.VBox(
+            [
+                w.HTML(f"<b>Predict, then check.</b> {html.escape(self.question)}"),
+                *controls.widgets.values(),
+                w.HBox([pred, check, show]),
+                out,
+            ]
+        )
 
 
 @dataclass(frozen=True)
@@ -239,11 +261,20 @@ class Checklist(StaticWidget):
     id_prefix = "mp-ck-"
     script = _CHECKLIST_JS
 
-    def __init__(self, id: str, question: str, controls: Mapping[str, Sequence[Any]], checks: Sequence[Check], *,
-                 button: str = "Check my plan", labels: Mapping[str, str] | None = None,
-                 defaults: Mapping[str, Any] | None = None, inputs: Mapping[str, str] | None = None,
-                 texts: Mapping[str, Mapping[Any, str]] | None = None,
-                 depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None):
+    def __init__(
+        self,
+        id: str,
+        question: str,
+        controls: Mapping[str, Sequence[Any]],
+        checks: Sequence[Check],
+        *,
+        button: str = "Check my plan",
+        labels: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
+        inputs: Mapping[str, str] | None = None,
+        texts: Mapping[str, Mapping[Any, str]] | None = None,
+        depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
+    ):
         self.checks = tuple(checks)
         if not self.checks:
             raise ValueError("a checklist needs at least one Check")
@@ -286,28 +317,43 @@ class Checklist(StaticWidget):
         """The text the page shows after the button: a summary, then one line per check."""
         lines = self.lines(**values)
         fails = [ln.name for ln in lines if not ln.ok]
-        head = f"{len(lines) - len(fails)} of {len(lines)} checks pass" + (f"; failing: {', '.join(fails)}"
-                                                                          if fails else "") + "."
+        head = (
+            f"{len(lines) - len(fails)} of {len(lines)} checks pass"
+            + (f"; failing: {', '.join(fails)}" if fails else "")
+            + "."
+        )
         return "\n".join([head] + [ln.text for ln in lines])
 
     def table(self) -> dict[str, Any]:
         """Each line's table: check name → {key over ``uses(check)``: Line}."""
-        return {c.name: {self.key(v, self.uses(c)): self.line(c, **v) for v in self.combinations(self.uses(c))}
-                for c in self.checks}
+        return {
+            c.name: {self.key(v, self.uses(c)): self.line(c, **v) for v in self.combinations(self.uses(c))}
+            for c in self.checks
+        }
 
     def payload(self) -> dict[str, Any]:
         tables = self.table()
-        return {"controls": self.controls_payload(), "order": list(self.order),
-                "checks": [{"name": c.name, "uses": list(self.uses(c)),
-                            "table": {k: [ln.ok, ln.reason] for k, ln in tables[c.name].items()}}
-                           for c in self.checks]}
+        return {
+            "controls": self.controls_payload(),
+            "order": list(self.order),
+            "checks": [
+                {
+                    "name": c.name,
+                    "uses": list(self.uses(c)),
+                    "table": {k: [ln.ok, ln.reason] for k, ln in tables[c.name].items()},
+                }
+                for c in self.checks
+            ],
+        }
 
     def header_html(self) -> str:
         return f'<p class="mp-question"><strong>Pick, then check.</strong> {html.escape(self.question)}</p>'
 
     def body_html(self) -> str:
-        return (f'<div class="mp-row"><button type="button" class="mp-check mp-primary">{html.escape(self.button)}'
-                f'</button></div><div class="mp-answer" aria-live="polite"></div>')
+        return (
+            f'<div class="mp-row"><button type="button" class="mp-check mp-primary">{html.escape(self.button)}'
+            f'</button></div><div class="mp-answer" aria-live="polite"></div>'
+        )
 
     def text_plain(self) -> str:
         return f"Checklist {self.id!r}: {self.question}"
@@ -324,8 +370,9 @@ class Checklist(StaticWidget):
 
         button.on_click(show)
         controls.observe(lambda: setattr(out, "value", ""))
-        return w.VBox([w.HTML(f"<b>Pick, then check.</b> {html.escape(self.question)}"),
-                       *controls.widgets.values(), button, out])
+        return w.VBox(
+            [w.HTML(f"<b>Pick, then check.</b> {html.escape(self.question)}"), *controls.widgets.values(), button, out]
+        )
 
 
 __all__ = ["Check", "Checklist", "Control", "Exercise", "Line", "Result"]

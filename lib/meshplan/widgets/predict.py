@@ -34,10 +34,11 @@ as a ratio ("1.8e306 × the answer"), never as a 300-digit difference.
     >>> read_prediction("52 GiB", "GB").echo
     '52 GiB = 55.83 GB'
     >>> r = Result(55.56, "55.6 GB")
-    >>> compare("58", r, "GB")
-    'Read as 58 GB. The library says 55.6 GB. Your prediction is off by +2.4 GB (+4 %): ✓ within 5 %.'
-    >>> compare("1e308", r, "GB")
-    'Read as 1e308 GB. The library says 55.6 GB. Your prediction is 1.8e306 × the answer: ✗ off by more than a factor of 10.'
+    >>> print(compare("58", r, "GB"))
+    Read as 58 GB. The library says 55.6 GB. Your prediction is off by +2.4 GB (+4 %): ✓ within 5 %.
+    >>> print(compare("1e308", r, "GB"))  # doctest: +NORMALIZE_WHITESPACE
+    Read as 1e308 GB. The library says 55.6 GB. Your prediction is 1.8e306 × the answer: ✗ off by more than a
+    factor of 10.
 """
 
 from __future__ import annotations
@@ -54,17 +55,51 @@ BIG = 1e15  # amounts from here on are printed with an exponent (below, every di
 
 # unit as typed (lower case) -> (quantity, factor to the quantity's base unit, how the echo writes it)
 UNITS: dict[str, tuple[str, float, str]] = {
-    "b": ("size", 1.0, "B"), "byte": ("size", 1.0, "B"), "bytes": ("size", 1.0, "B"),
-    "kb": ("size", 1e3, "kB"), "kib": ("size", 1024.0, "KiB"), "mb": ("size", 1e6, "MB"),
-    "mib": ("size", 1048576.0, "MiB"), "gb": ("size", 1e9, "GB"), "gib": ("size", 1073741824.0, "GiB"),
-    "tb": ("size", 1e12, "TB"), "tib": ("size", 1099511627776.0, "TiB"), "pb": ("size", 1e15, "PB"),
-    "ns": ("time", 1e-9, "ns"), "μs": ("time", 1e-6, "μs"), "us": ("time", 1e-6, "μs"), "ms": ("time", 1e-3, "ms"),
-    "s": ("time", 1.0, "s"), "sec": ("time", 1.0, "s"), "min": ("time", 60.0, "min"), "h": ("time", 3600.0, "h"),
-    "%": ("ratio", 0.01, "%"), "x": ("ratio", 1.0, "×"), "×": ("ratio", 1.0, "×"), "": ("ratio", 1.0, ""),
+    "b": ("size", 1.0, "B"),
+    "byte": ("size", 1.0, "B"),
+    "bytes": ("size", 1.0, "B"),
+    "kb": ("size", 1e3, "kB"),
+    "kib": ("size", 1024.0, "KiB"),
+    "mb": ("size", 1e6, "MB"),
+    "mib": ("size", 1048576.0, "MiB"),
+    "gb": ("size", 1e9, "GB"),
+    "gib": ("size", 1073741824.0, "GiB"),
+    "tb": ("size", 1e12, "TB"),
+    "tib": ("size", 1099511627776.0, "TiB"),
+    "pb": ("size", 1e15, "PB"),
+    "ns": ("time", 1e-9, "ns"),
+    "μs": ("time", 1e-6, "μs"),
+    "us": ("time", 1e-6, "μs"),
+    "ms": ("time", 1e-3, "ms"),
+    "s": ("time", 1.0, "s"),
+    "sec": ("time", 1.0, "s"),
+    "min": ("time", 60.0, "min"),
+    "h": ("time", 3600.0, "h"),
+    "%": ("ratio", 0.01, "%"),
+    "x": ("ratio", 1.0, "×"),
+    "×": ("ratio", 1.0, "×"),
+    "": ("ratio", 1.0, ""),
 }
 # the zero of each script whose digits read as 0-9 (ten consecutive code points; NFKC already folds full-width)
-DIGIT_ZEROS = (0x0660, 0x06F0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 0x0C66, 0x0CE6, 0x0D66, 0x0E50,
-               0x0ED0, 0x0F20, 0x1040, 0x17E0, 0x1810)
+DIGIT_ZEROS = (
+    0x0660,
+    0x06F0,
+    0x0966,
+    0x09E6,
+    0x0A66,
+    0x0AE6,
+    0x0B66,
+    0x0BE6,
+    0x0C66,
+    0x0CE6,
+    0x0D66,
+    0x0E50,
+    0x0ED0,
+    0x0F20,
+    0x1040,
+    0x17E0,
+    0x1810,
+)
 
 _NUMBER = re.compile("^([+\\-\u2212]?) ?([0-9]+(?:[ _'.,][0-9]+)*|[.,][0-9]+)(?:[eE]([+\\-\u2212]?[0-9]+))? ?(.*)$")
 _HEX = re.compile("^[+\\-\u2212]?0[xX][0-9a-fA-F]+$")
@@ -103,7 +138,7 @@ class Reading:
 def _group(digits: str) -> str:
     """'1234567' -> '1,234,567'."""
     head = len(digits) % 3 or 3
-    return ",".join([digits[:head]] + [digits[i:i + 3] for i in range(head, len(digits), 3)])
+    return ",".join([digits[:head]] + [digits[i : i + 3] for i in range(head, len(digits), 3)])
 
 
 def _trim(frac: str) -> str:
@@ -128,7 +163,7 @@ def fmt_sig(x: float, sig: int = 4) -> str:
     if e >= 15 or e < -6:
         text = digits[0] + _trim("." + digits[1:]) + "e" + (MINUS if e < 0 else "") + str(abs(e))
     elif e >= 0:
-        text = _group(digits[:e + 1].ljust(e + 1, "0")) + _trim("." + digits[e + 1:])
+        text = _group(digits[: e + 1].ljust(e + 1, "0")) + _trim("." + digits[e + 1 :])
     else:
         text = "0" + _trim("." + "0" * (-e - 1) + digits)
     return (MINUS if x < 0 else "") + text
@@ -155,7 +190,7 @@ def squash(text: str) -> str:
 
 
 def _clip(text: str, n: int = 40) -> str:
-    return text if len(text) <= n else text[:n - 1] + "…"
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _ascii_digits(text: str) -> str:
@@ -189,8 +224,9 @@ def _numeral(num: str) -> tuple[str, str, str] | None:
     if not re.fullmatch("[0-9]*", frac):
         return None
     groups = re.split("[ _'" + thou + "]", whole) if whole else [""]
-    if len(groups) > 1 and not (re.fullmatch("[1-9][0-9]{0,2}", groups[0])
-                                and all(re.fullmatch("[0-9]{3}", g) for g in groups[1:])):
+    if len(groups) > 1 and not (
+        re.fullmatch("[1-9][0-9]{0,2}", groups[0]) and all(re.fullmatch("[0-9]{3}", g) for g in groups[1:])
+    ):
         return None
     return "".join(groups).lstrip("0") or "0", frac, note
 
@@ -281,8 +317,10 @@ def grade(x: float, value: float, text: str, unit: str = "", digits: int = 1, to
         times = fmt_sig(ratio, 2) if math.isfinite(ratio) else ("more than 1e308" if ratio > 0 else "less than −1e308")
         detail = f"Your prediction is {times} × the answer"
     else:
-        detail = (f"Your prediction is off by {sign}{fmt_fixed(abs(d), digits)}{suffix} "
-                  f"({sign}{math.floor(100 * rel + 0.5)} %)")
+        detail = (
+            f"Your prediction is off by {sign}{fmt_fixed(abs(d), digits)}{suffix} "
+            f"({sign}{math.floor(100 * rel + 0.5)} %)"
+        )
     if rel <= tolerance:
         verdict = f"✓ within {math.floor(100 * tolerance + 0.5)} %"
     elif rel <= 0.25:
@@ -310,8 +348,9 @@ def compare(prediction: str, result: Result, unit: str = "", digits: int = 1, to
         return "Type a prediction first, or press Show me."
     if isinstance(result.value, str):
         ok = typed.lower() == squash(result.value).lower()
-        return (f"You predicted “{_clip(typed)}”. The library says {result.text}. "
-                + ("✓ Your prediction matches." if ok else "✗ No match."))
+        return f"You predicted “{_clip(typed)}”. The library says {result.text}. " + (
+            "✓ Your prediction matches." if ok else "✗ No match."
+        )
     if result.value is None:
         return f"The library says {result.text}."
     r = read_prediction(prediction, unit)

@@ -189,18 +189,22 @@ MP.read=read;MP.compare=compare;MP.reveal=reveal;MP.sentence=sentence;MP.grade=g
 MP.fmtFixed=fmtFixed;MP.squash=squash;MP.controls=controls;MP.mount=mount;
 window.__meshplan=MP;
 })();
-"""
+"""  # noqa: E501  (JavaScript that the page runs, kept byte for byte)
 
 
 def core_js() -> str:
     """The runtime with the reader's tables (units, digit scripts) written in from ``predict``."""
     units = {k: list(v) for k, v in UNITS.items()}
-    return (_CORE.replace("__VERSION__", VERSION).replace("__UNITS__", json.dumps(units, ensure_ascii=True))
-            .replace("__ZEROS__", json.dumps(list(DIGIT_ZEROS))).replace("__MAX__", str(MAX_CHARS)).strip())
+    return (
+        _CORE.replace("__VERSION__", VERSION)
+        .replace("__UNITS__", json.dumps(units, ensure_ascii=True))
+        .replace("__ZEROS__", json.dumps(list(DIGIT_ZEROS)))
+        .replace("__MAX__", str(MAX_CHARS))
+        .strip()
+    )
 
 
 def kind_js(kind: str, body: str) -> str:
     """Register the renderer of one widget kind (once per page): ``body`` is a JavaScript function expression
     ``function(root, data, ui){...}``."""
-    return (f'(function(MP){{if(!MP||MP.kinds["{kind}"])return;MP.kinds["{kind}"]={body.strip()};}})'
-            f"(window.__meshplan);")
+    return f'(function(MP){{if(!MP||MP.kinds["{kind}"])return;MP.kinds["{kind}"]={body.strip()};}})(window.__meshplan);'
