@@ -70,8 +70,8 @@ BAD = {
     "missing_model": ("--gpus 8", ["--model"]),
 }
 # found while writing these tests (library bugs; see the tests that use them)
-BUG_CASES = {"memory_inf": "--model qwen3.8-27b --gpus 8 --gpu-memory-gb inf --json"}
-MALFORMED_BUGS = {  # malformed configs that end in a traceback instead of one line and exit 2
+EDGE_CASES = {"memory_inf": "--model qwen3.8-27b --gpus 8 --gpu-memory-gb inf --json"}
+MALFORMED = {  # malformed configs: one line and exit 2, never a traceback
     "n_inner_word": ("--model {tmp}/ninner.json --gpus 1", "n_inner"),
     "text_config_int": ("--model {tmp}/textcfg.json --gpus 1", "text_config"),
     "kv_heads_zero": ("--model {tmp}/kv0.json --gpus 2 --cp 2", "num_key_value_heads"),
@@ -119,7 +119,7 @@ def runs(tmp_path_factory):
     (tmp / "kv0.json").write_text(json.dumps({**KV6, "num_key_value_heads": 0}))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "lib")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    specs = {**OK, **{k: v[0] for k, v in BAD.items()}, **BUG_CASES, **{k: v[0] for k, v in MALFORMED_BUGS.items()}}
+    specs = {**OK, **{k: v[0] for k, v in BAD.items()}, **EDGE_CASES, **{k: v[0] for k, v in MALFORMED.items()}}
     procs = {
         name: subprocess.Popen(
             _argv(spec, tmp),
@@ -305,18 +305,18 @@ def test_library_rejects_bad_sizes():
 
 
 def test_infinite_gpu_memory_is_rejected(runs):
-    """BUG: --gpu-memory-gb inf is accepted; every plan 'fits' and --json prints the non-JSON token Infinity."""
+    """--gpu-memory-gb inf is refused (accepted, every plan would 'fit' and --json would print the non-JSON token
+    Infinity)."""
     rc, stdout, stderr = runs["memory_inf"]
     assert rc == 2, stdout[:200]
     assert "gpu-memory-gb" in stderr
 
 
-@pytest.mark.parametrize("name", sorted(MALFORMED_BUGS))
+@pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_config_is_one_line_not_a_traceback(runs, name):
-    """BUG (model.py): unchecked config values reach arithmetic: gpt2 'n_inner' is read with cfg.get (a word
-    raises TypeError), a non-object 'text_config' raises TypeError, and 0 KV heads is accepted by _llama and
-    divides by zero in evaluate() with cp > 1."""
+    """Config values are checked before they reach arithmetic: a word for gpt2's 'n_inner', a non-object
+    'text_config', and 0 KV heads (which would divide by zero in evaluate() with cp > 1) each give one line."""
     rc, _stdout, stderr = runs[name]
     assert "Traceback" not in stderr, stderr.strip().splitlines()[-1]
     assert rc == 2 and stderr.count("\n") == 1
-    assert MALFORMED_BUGS[name][1] in stderr
+    assert MALFORMED[name][1] in stderr

@@ -438,21 +438,21 @@ def test_gpt2_n_inner_null_means_4h():
 
 @pytest.mark.parametrize("bad", ["big", -5, 2.5])
 def test_gpt2_n_inner_is_validated(bad):
-    """BUG: model.py reads n_inner with cfg.get(...) unchecked: a string raises TypeError, -5 and 2.5 give
-    nonsense (fractional) parameter counts instead of a ValueError naming the key."""
+    """gpt2's n_inner is validated: a string, -5 or 2.5 gives a ValueError naming the key, not a TypeError or a
+    fractional parameter count."""
     with pytest.raises(ValueError, match="'n_inner'"):
         model_from_config({**GPT2_124M, "n_inner": bad})
 
 
 def test_qwen_text_config_must_be_an_object():
-    """BUG: a non-object text_config (e.g. 5) raises TypeError instead of a ValueError."""
+    """A non-object text_config (e.g. 5) gives a ValueError naming it, not a TypeError."""
     with pytest.raises(ValueError, match="text_config"):
         model_from_config({"model_type": "qwen3_5", "text_config": 5})
 
 
 @pytest.mark.parametrize("key", ["num_key_value_heads", "head_dim"])
 def test_llama_zero_heads_rejected(key):
-    """BUG: _llama reads num_key_value_heads and head_dim with _get (non-negative), so 0 is accepted; with 0 KV
-    heads, evaluate() divides by zero once cp > 1."""
+    """num_key_value_heads and head_dim must be positive: 0 KV heads would divide by zero in evaluate() once
+    cp > 1."""
     with pytest.raises(ValueError, match=f"'{key}' must be a positive integer"):
         model_from_config({**_config("llama-3.1-8b"), key: 0})
