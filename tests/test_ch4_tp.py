@@ -7,7 +7,18 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan import Plan, activations, collectives, compute, derive, evaluate, load_hardware, load_model, published, tp, tpbench
+from meshplan import (
+    Plan,
+    activations,
+    collectives,
+    derive,
+    evaluate,
+    load_hardware,
+    load_model,
+    published,
+    tp,
+    tpbench,
+)
 from meshplan.units import GB
 
 S, B, H, A, L = 4_096, 1, 5_120, 24, 64
@@ -25,7 +36,7 @@ def anchor():
 def test_anchor_heads(anchor):
     assert (anchor.num_attention_heads, anchor.num_key_value_heads) == (24, 4)
     assert tp.head_split(24, 4, 4) == tp.HeadSplit(4, 6, 1, 1)
-    assert tp.head_split(24, 4, 8) == tp.HeadSplit(8, 3, 1, 2)        # each KV head on 2 GPUs
+    assert tp.head_split(24, 4, 8) == tp.HeadSplit(8, 3, 1, 2)  # each KV head on 2 GPUs
     assert tp.head_split(24, 4, 2) == tp.HeadSplit(2, 12, 2, 1)
     with pytest.raises(ValueError, match="tp=16 does not divide 24 attention heads"):
         tp.head_split(24, 4, 16)
@@ -45,8 +56,9 @@ def test_sp_same_bytes_as_all_reduce():
         assert sum(seq.values()) == pytest.approx(sum(plain.values()), rel=1e-15)
         assert sum(plain.values()) == tp.tp_bytes_per_layer(S, B, H, t)
         x = S * B * H * 2
-        assert (collectives.all_gather_bytes(t, x) + collectives.reduce_scatter_bytes(t, x)
-                == pytest.approx(collectives.ring_all_reduce_bytes(t, x), rel=1e-15))
+        assert collectives.all_gather_bytes(t, x) + collectives.reduce_scatter_bytes(t, x) == pytest.approx(
+            collectives.ring_all_reduce_bytes(t, x), rel=1e-15
+        )
     assert derive.sp_equals_all_reduce() == 0
     t, s, b, h = derive.t, derive.s, derive.b, derive.h
     assert derive.sp.simplify(derive.tp_layer_volume() - 8 * s * b * h * (t - 1) / t) == 0
@@ -70,16 +82,147 @@ def test_tp8_bytes_per_4096_tokens_and_link_time():
     assert t_ib / t_nv == pytest.approx(3.2)
 
 
-def test_one_layer_forward_against_its_two_collectives(anchor):
-    """The chapter's bar chart: an average layer's forward per GPU at t = 8 against its two TP collectives."""
-    hw = load_hardware()
-    fwd_s = compute.forward_flop(anchor.flop_params / L, S) / 8 / hw.effective_flop_per_s
-    half = tp.tp_bytes_per_layer(S, B, H, 8) / 2
-    nv = collectives.transfer_time_s(half, hw.nvlink_bytes_per_s)
-    ib = collectives.transfer_time_s(half, hw.infiniband_bytes_per_s)
-    assert (f"{fwd_s * 1e3:.2f}", f"{nv * 1e3:.2f}", f"{ib * 1e3:.2f}") == ("1.02", "0.92", "2.94")
-    assert f"{ib / fwd_s:.1f}" == "2.9"
-    assert 0.8 < nv / fwd_s < 1.0        # "about as long as the computation they serve"
+MACHINES = ("lab", "h100-sxm-80gb", "b200-sxm-180gb")
+
+
+def _layer(machine: str, t: int, ledger: str = "lab", tp_overlap: str | None = None, **kw) -> tp.LayerTime:
+    plan = Plan.create(
+        "qwen3.8-27b", gpus=max(t, 8), tp=t, recompute="selective", hardware=machine, accounting=ledger, **kw
+    )
+    return tp.layer_time(evaluate(plan), tp_overlap)
+
+
+def test_layer_time_per_machine():
+    """The chapter's table: compute and unhidden TP per average layer, per 4,096-token micro-batch."""
+    got = {
+        (m, t): (f"{lt.compute_s * 1e3:.2f}", f"{lt.tp_s * 1e3:.2f}", f"{lt.tp_over_compute:.0%}")
+        for m in MACHINES
+        for t in (2, 4, 8)
+        for lt in [_layer(m, t)]
+    }
+    assert got == {
+        ("lab", 2): ("8.34", "1.50", "18%"),
+        ("lab", 4): ("4.17", "2.26", "54%"),
+        ("lab", 8): ("2.09", "2.72", "131%"),
+        ("h100-sxm-80gb", 2): ("8.34", "0.60", "7%"),
+        ("h100-sxm-80gb", 4): ("4.17", "0.90", "22%"),
+        ("h100-sxm-80gb", 8): ("2.09", "1.13", "54%"),
+        ("b200-sxm-180gb", 2): ("3.58", "0.34", "10%"),
+        ("b200-sxm-180gb", 4): ("1.79", "0.52", "29%"),
+        ("b200-sxm-180gb", 8): ("0.89", "0.70", "78%"),
+    }
+    # the statement per machine: TP 8 outlasts the compute only on the lab page's NVLink
+    assert [_layer(m, 8).tp_s > _layer(m, 8).compute_s for m in MACHINES] == [True, False, False]
+    # across two nodes of four the same TP 8 runs on InfiniBand
+    cross = _layer("lab", 8, gpus_per_node=4)
+    assert (cross.link, f"{cross.tp_over_compute:.1f}") == ("infiniband", "4.2")
+
+
+def test_layer_time_overlaps():
+    got = {
+        (m, o): f"{_layer(m, 8, tp_overlap=o).tp_s * 1e3:.2f}" for m in MACHINES for o in ("none", "backward", "full")
+    }
+    assert got == {
+        ("lab", "none"): "2.72",
+        ("lab", "backward"): "2.04",
+        ("lab", "full"): "0.93",
+        ("h100-sxm-80gb", "none"): "1.13",
+        ("h100-sxm-80gb", "backward"): "0.85",
+        ("h100-sxm-80gb", "full"): "0.00",
+        ("b200-sxm-180gb", "none"): "0.70",
+        ("b200-sxm-180gb", "backward"): "0.52",
+        ("b200-sxm-180gb", "full"): "0.00",
+    }
+    assert [f"{_layer('lab', 8, tp_overlap=o).tp_over_compute:.0%}" for o in ("backward", "full")] == ["98%", "45%"]
+    # each ledger's engine by default: the lab's none, Megatron-LM's backward
+    assert _layer("lab", 4).tp_overlap == "none" and _layer("lab", 4, "megatron").tp_overlap == "backward"
+    with pytest.raises(ValueError, match="tp_overlap='some'"):
+        _layer("lab", 4, tp_overlap="some")
+
+
+def test_layer_time_is_the_step_time_models_micro_batch():
+    from meshplan import steptime
+
+    for kw in ({"gpus": 8, "tp": 8}, {"gpus": 16, "tp": 4, "pp": 4}, {"gpus": 8, "tp": 2, "recompute": "full"}):
+        r = evaluate(Plan.create("qwen3.8-27b", micro_batches=8, **kw))
+        lt = tp.layer_time(r)
+        n = r.plan.stages[r.traffic_stage].num_layers
+        mb = steptime.micro_batch(r, r.traffic_stage)
+        assert (lt.forward_s * n, lt.backward_s * n, lt.tp_s * n) == pytest.approx(
+            (mb.forward_s, mb.backward_s, mb.tp_s), rel=1e-12
+        )
+        if r.plan.pp == 1:  # one stage: the step's TP term is m micro-batches of it
+            assert lt.tp_s * n * 8 == pytest.approx(steptime.step_time(r).tp_s, rel=1e-12)
+    # more TP, more exposed TP per layer and less compute; no TP, no TP time
+    assert _layer("lab", 1).tp_s == 0.0 and _layer("lab", 1).link is None
+    assert _layer("lab", 2).compute_s > _layer("lab", 4).compute_s > _layer("lab", 8).compute_s
+
+
+def test_kv_heads_the_lab_replicates_and_the_engines_refuse():
+    assert [tp.kv_replicas(4, t) for t in (1, 2, 4, 8)] == [1, 1, 1, 2]
+    assert [tp.kv_replicas(4, t, replication=False) for t in (1, 2, 4)] == [1, 1, 1]
+    with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
+        tp.kv_replicas(4, 8, replication=False)
+    with pytest.raises(ValueError, match=r"tp=3 does not divide 4 KV heads \(and"):
+        tp.kv_replicas(4, 3)
+    with pytest.raises(ValueError, match="t=0"):
+        tp.kv_replicas(4, 0)
+    for ledger in ("megatron", "fsdp2", "deepspeed"):
+        with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
+            Plan.create("qwen3.8-27b", gpus=8, tp=8, accounting=ledger)
+        Plan.create("qwen3.8-27b", gpus=8, tp=4, accounting=ledger)  # the largest TP the engines accept
+    assert max(t for t in (1, 2, 4, 8) if 4 % t == 0) == 4
+
+
+def test_sp_bytes_two_ledgers():
+    def step(t, ledger):
+        plan = Plan.create("qwen3.8-27b", gpus=t, tp=t, micro_batches=1, accounting=ledger, recompute="selective")
+        return gb(evaluate(plan).comm_bytes_per_step["tp"])
+
+    assert [step(t, "lab") for t in (2, 4, 8)] == ["10.7", "16.1", "18.8"]
+    assert [step(t, "megatron") for t in (2, 4)] == ["13.4", "20.1"]
+    per_layer = {
+        t: (tp.tp_bytes_per_layer(S, B, H, t), tp.megatron_sp_regather_bytes_per_layer(S, B, H, t)) for t in (2, 4, 8)
+    }
+    assert [f"{a / 1e6:.1f}" for a, _ in per_layer.values()] == ["167.8", "251.7", "293.6"]
+    assert [f"{(a + x) / 1e6:.1f}" for a, x in per_layer.values()] == ["209.7", "314.6", "367.0"]
+
+
+def test_engine_activations_under_tp():
+    acts = [
+        gb(
+            evaluate(
+                Plan.create("qwen3.8-27b", gpus=t, tp=t, accounting="megatron", recompute="selective")
+            ).memory_bytes["activations"]
+        )
+        for t in (1, 2, 4)
+    ]
+    assert acts == ["108.9", "54.4", "27.2"]
+
+
+def test_the_plan_exercise_facts():
+    """What the chapter's plan checklist reports for the settings its prose names."""
+
+    def fits(t, machine, ledger, z, rc):
+        plan = Plan.create(
+            "qwen3.8-27b", gpus=max(t, 8), tp=t, zero=z, recompute=rc, hardware=machine, accounting=ledger
+        )
+        return evaluate(plan).fits
+
+    assert fits(8, "lab", "lab", 0, "selective") and fits(4, "lab", "lab", 2, "selective")
+    assert not fits(4, "lab", "lab", 1, "selective")
+    assert fits(4, "lab", "megatron", 2, "full") and not fits(4, "lab", "megatron", 3, "selective")
+    assert not fits(2, "lab", "megatron", 1, "selective")  # the checklist's default fails on memory
+    assert fits(4, "b200-sxm-180gb", "megatron", 1, "selective")
+    with pytest.raises(ValueError, match="tp=16 does not divide 24 attention heads"):
+        Plan.create("qwen3.8-27b", gpus=16, tp=16)
+
+
+def test_zero_paper_share_of_peak_is_in_its_source():
+    import re
+
+    src = published.source("zero_40b_two_dgx2_tflops_per_gpu")
+    assert re.search(r"less than (\d+\s?%)", src).group(1) == "5%"
 
 
 def test_full_recompute_tp_collectives_are_not_counted():

@@ -39,9 +39,14 @@ def _check_counts(**kw) -> None:
             raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
-def zero2_model_states(total_params: int, num_gpus_per_node: int = 1, num_nodes: int = 1,
-                       cpu_offload: bool = True, additional_buffer_factor: float = ADDITIONAL_BUFFER_FACTOR,
-                       legacy: bool = False) -> tuple[int, int]:
+def zero2_model_states(
+    total_params: int,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    additional_buffer_factor: float = ADDITIONAL_BUFFER_FACTOR,
+    legacy: bool = False,
+) -> tuple[int, int]:
     """DeepSpeed's ``estimate_zero2_model_states_mem_needs`` → (cpu_bytes, gpu_bytes) per node / per GPU.
 
     No offload: GPU = 2Ψ + int(18Ψ/N), CPU = Ψ·4·gpus_per_node·1.5. Offload: GPU = 2Ψ,
@@ -56,16 +61,25 @@ def zero2_model_states(total_params: int, num_gpus_per_node: int = 1, num_nodes:
         gpu_mem = 2 * total_params
         cpu_mem = total_params * max(4 * total_gpus, 16) * additional_buffer_factor
     else:
-        gpu_mem = (4 * total_params + int(16 * total_params / total_gpus) if legacy
-                   else 2 * total_params + int(18 * total_params / total_gpus))
+        gpu_mem = (
+            4 * total_params + int(16 * total_params / total_gpus)
+            if legacy
+            else 2 * total_params + int(18 * total_params / total_gpus)
+        )
         cpu_mem = total_params * 4 * num_gpus_per_node * additional_buffer_factor
     return int(cpu_mem), int(gpu_mem)
 
 
-def zero3_model_states(total_params: int, largest_layer_params: int, num_gpus_per_node: int = 1,
-                       num_nodes: int = 1, cpu_offload: bool = True, cpu_offload_params: bool = True,
-                       zero_init: bool = True,
-                       additional_buffer_factor: float = ADDITIONAL_BUFFER_FACTOR) -> tuple[int, int, int]:
+def zero3_model_states(
+    total_params: int,
+    largest_layer_params: int,
+    num_gpus_per_node: int = 1,
+    num_nodes: int = 1,
+    cpu_offload: bool = True,
+    cpu_offload_params: bool = True,
+    zero_init: bool = True,
+    additional_buffer_factor: float = ADDITIONAL_BUFFER_FACTOR,
+) -> tuple[int, int, int]:
     """DeepSpeed's ``estimate_zero3_model_states_mem_needs`` → (cpu_bytes, gpu_bytes, largest_layer_bytes).
 
     largest_layer_bytes = 4·LL. No offload: GPU = 4·LL + int(18Ψ/N), CPU = LL·4·gpn·1.5 (zero_init) or
@@ -76,8 +90,12 @@ def zero3_model_states(total_params: int, largest_layer_params: int, num_gpus_pe
         >>> zero3_model_states(27_781_427_952, 1_271_398_400, 8, cpu_offload=False)[1]
         67593806492
     """
-    _check_counts(total_params=total_params, largest_layer_params=largest_layer_params,
-                  num_gpus_per_node=num_gpus_per_node, num_nodes=num_nodes)
+    _check_counts(
+        total_params=total_params,
+        largest_layer_params=largest_layer_params,
+        num_gpus_per_node=num_gpus_per_node,
+        num_nodes=num_nodes,
+    )
     total_gpus = num_nodes * num_gpus_per_node
     gpus_factor = 1 / num_nodes
     largest_layer_memory = 4 * largest_layer_params
@@ -100,15 +118,15 @@ def zero3_model_states(total_params: int, largest_layer_params: int, num_gpus_pe
 class MegatronArgs:
     """The Megatron arguments ``compute_weight_and_optimizer_memory`` reads (names as in Megatron)."""
 
-    hidden_size: int                       # h
-    num_layers: int                        # L
-    num_attention_heads: int               # a
-    kv_channels: int                       # d, the head dim
-    ffn_hidden_size: int                   # f
-    padded_vocab_size: int                 # V after padding to a multiple of 128 × t
-    num_query_groups: int | None = None    # g (GQA); None: = a
+    hidden_size: int  # h
+    num_layers: int  # L
+    num_attention_heads: int  # a
+    kv_channels: int  # d, the head dim
+    ffn_hidden_size: int  # f
+    padded_vocab_size: int  # V after padding to a multiple of 128 × t
+    num_query_groups: int | None = None  # g (GQA); None: = a
     swiglu: bool = True
-    normalization: str = "RMSNorm"         # "RMSNorm" (1 weight) or "LayerNorm" (weight + bias)
+    normalization: str = "RMSNorm"  # "RMSNorm" (1 weight) or "LayerNorm" (weight + bias)
     untie_embeddings_and_output_weights: bool = True
     tensor_model_parallel_size: int = 1
     pipeline_model_parallel_size: int = 1
@@ -140,13 +158,18 @@ def megatron_layer_params(args: MegatronArgs) -> tuple[float, float]:
     h, a = args.hidden_size, args.num_attention_heads
     norm = 1 if args.normalization == "RMSNorm" else 2
     m = 3 / 2 if args.swiglu else 1
+    attn: float
     if args.multi_latent_attention:
         if args.q_lora_rank is None:
             q_term = h * a * (args.qk_head_dim + args.qk_pos_emb_head_dim)
         else:
             q_term = args.q_lora_rank * (h + a * (args.qk_head_dim + args.qk_pos_emb_head_dim) + norm)
-        attn = (q_term + args.kv_lora_rank * (h + a * (args.qk_head_dim + args.v_head_dim) + norm)
-                + h * args.qk_pos_emb_head_dim + a * args.v_head_dim * h)
+        attn = (
+            q_term
+            + args.kv_lora_rank * (h + a * (args.qk_head_dim + args.v_head_dim) + norm)
+            + h * args.qk_pos_emb_head_dim
+            + a * args.v_head_dim * h
+        )
     else:
         g = a if args.num_query_groups is None else args.num_query_groups
         attn = 2 * h * h * ((1 + g / a) * (args.kv_channels * a / h))
@@ -170,9 +193,12 @@ def megatron_weight_and_optimizer_bytes(args: MegatronArgs) -> float:
         >>> megatron_weight_and_optimizer_bytes(args)
         21630396672.0
     """
-    _check_counts(tensor_model_parallel_size=args.tensor_model_parallel_size,
-                  pipeline_model_parallel_size=args.pipeline_model_parallel_size,
-                  data_parallel_size=args.data_parallel_size, num_layers=args.num_layers)
+    _check_counts(
+        tensor_model_parallel_size=args.tensor_model_parallel_size,
+        pipeline_model_parallel_size=args.pipeline_model_parallel_size,
+        data_parallel_size=args.data_parallel_size,
+        num_layers=args.num_layers,
+    )
     if args.normalization not in ("RMSNorm", "LayerNorm"):
         raise ValueError(f"normalization={args.normalization!r} must be 'RMSNorm' or 'LayerNorm'")
     L = args.num_layers

@@ -16,9 +16,13 @@ these collectives block the layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from .collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+
+if TYPE_CHECKING:  # steptime imports plan, which imports this module: imported where used
+    from .plan import Report
 
 TP_COLLECTIVES_PER_LAYER = 4
 ACT_BYTES = 2  # bf16 activations
@@ -29,7 +33,9 @@ def tp_bytes_per_layer(s: int, b: int, h: int, t: int, act_bytes: int = ACT_BYTE
     return TP_COLLECTIVES_PER_LAYER * ring_all_reduce_bytes(t, s * b * h * act_bytes)
 
 
-def tp_bytes_per_step(s: int, b: int, h: int, layers: int, t: int, micro_batches: int, act_bytes: int = ACT_BYTES) -> float:
+def tp_bytes_per_step(
+    s: int, b: int, h: int, layers: int, t: int, micro_batches: int, act_bytes: int = ACT_BYTES
+) -> float:
     """Bytes one GPU sends per step: per-layer bytes × the ``layers`` it holds × micro-batches."""
     return tp_bytes_per_layer(s, b, h, t, act_bytes) * layers * micro_batches
 
@@ -48,15 +54,47 @@ class HeadSplit:
     kv_replicas: int
 
 
+def kv_replicas(num_kv_heads: int, t: int, replication: bool = True) -> int:
+    """On how many of ``t`` tensor-parallel ranks each KV head is stored: 1 when t divides the KV heads (each rank
+    owns kv/t of them), t/kv when the lab page's replication is allowed and the KV heads divide t.
+
+    ``replication=False`` is the engines' rule: Megatron-LM splits the KV heads evenly over the TP ranks and refuses
+    anything else (``num_query_groups_per_partition = divide(num_query_groups, world_size)``,
+    ``megatron/core/transformer/attention.py#L180`` at 000c4ac; ``divide`` asserts,
+    ``megatron/core/utils.py#L468-L477``), and torchtitan's ``ColwiseParallel`` splits k and v's output features
+    evenly; vLLM (inference) replicates.
+
+        >>> kv_replicas(4, 8), kv_replicas(4, 2)
+        (2, 1)
+        >>> kv_replicas(4, 8, replication=False)
+        Traceback (most recent call last):
+        ...
+        ValueError: tp=8 does not divide 4 KV heads
+    """
+    for name, x in (("t", t), ("num_kv_heads", num_kv_heads)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name}={x!r} must be a positive integer")
+    if num_kv_heads % t == 0:
+        return 1
+    if not replication:
+        raise ValueError(f"tp={t} does not divide {num_kv_heads} KV heads")
+    if t % num_kv_heads == 0:
+        return t // num_kv_heads
+    raise ValueError(
+        f"tp={t} does not divide {num_kv_heads} KV heads (and {num_kv_heads} KV heads do not "
+        f"divide tp={t} for replication)"
+    )
+
+
 def head_split(num_attention_heads: int, num_kv_heads: int, t: int) -> HeadSplit:
     """Split attention by heads over ``t`` ranks (Megatron: each rank owns whole heads, so no communication
     inside attention; the output projection is row-parallel).
 
-    Query heads must divide by t. KV heads: if t divides them each rank owns kv/t; if t is a multiple of
-    them (t > kv), a rank cannot own a fraction of a head, so each KV head is **replicated** on t/kv ranks
-    (its k/v weights and K/V activations stored and computed t/kv times; ``Plan.kv_replication``);
-    otherwise the split is impossible. Source: Ainslie et al. 2023 (GQA); Megatron-LM requires
-    ``num_query_groups % tp == 0`` and vLLM replicates KV heads when tp > KV heads.
+    Query heads must divide by t. KV heads (``kv_replicas``): if t divides them each rank owns kv/t; if t is a
+    multiple of them (t > kv), a rank cannot own a fraction of a head, so each KV head is **replicated** on t/kv
+    ranks (its k/v weights and K/V activations stored and computed t/kv times; ``Plan.kv_replication``), the lab
+    page's convention, which the engines refuse; otherwise the split is impossible. Source: Ainslie et al. 2023
+    (GQA); Megatron-LM requires ``num_query_groups % tp == 0`` and vLLM replicates KV heads when tp > KV heads.
 
         >>> head_split(24, 4, 8)
         HeadSplit(t=8, q_heads_per_gpu=3, kv_heads_per_gpu=1, kv_replicas=2)
@@ -66,16 +104,13 @@ def head_split(num_attention_heads: int, num_kv_heads: int, t: int) -> HeadSplit
             raise ValueError(f"{name}={x!r} must be a positive integer")
     if num_attention_heads % t:
         raise ValueError(f"tp={t} does not divide {num_attention_heads} attention heads")
-    if num_kv_heads % t == 0:
-        return HeadSplit(t, num_attention_heads // t, num_kv_heads // t, 1)
-    if t % num_kv_heads == 0:
-        return HeadSplit(t, num_attention_heads // t, 1, t // num_kv_heads)
-    raise ValueError(f"tp={t} does not divide {num_kv_heads} KV heads (and {num_kv_heads} KV heads do not "
-                     f"divide tp={t} for replication)")
+    replicas = kv_replicas(num_kv_heads, t)
+    return HeadSplit(t, num_attention_heads // t, num_kv_heads * replicas // t, replicas)
 
 
-def tp_collectives_per_layer(s: int, b: int, h: int, t: int, sp: bool = False,
-                             act_bytes: int = ACT_BYTES) -> dict[str, float]:
+def tp_collectives_per_layer(
+    s: int, b: int, h: int, t: int, sp: bool = False, act_bytes: int = ACT_BYTES
+) -> dict[str, float]:
     """Bytes one GPU sends per layer per micro-batch, by collective.
 
     Without SP: 2 all-reduces forward (after attention's and the MLP's row-parallel matmul) and 2 backward
@@ -92,8 +127,12 @@ def tp_collectives_per_layer(s: int, b: int, h: int, t: int, sp: bool = False,
         ar = ring_all_reduce_bytes(t, x)
         return {"all-reduce (forward)": 2 * ar, "all-reduce (backward)": 2 * ar}
     ag, rs = all_gather_bytes(t, x), reduce_scatter_bytes(t, x)
-    return {"all-gather (forward)": 2 * ag, "reduce-scatter (forward)": 2 * rs,
-            "all-gather (backward)": 2 * ag, "reduce-scatter (backward)": 2 * rs}
+    return {
+        "all-gather (forward)": 2 * ag,
+        "reduce-scatter (forward)": 2 * rs,
+        "all-gather (backward)": 2 * ag,
+        "reduce-scatter (backward)": 2 * rs,
+    }
 
 
 def megatron_sp_regather_bytes_per_layer(s: int, b: int, h: int, t: int, act_bytes: int = ACT_BYTES) -> float:
@@ -112,3 +151,56 @@ def megatron_sp_regather_bytes_per_layer(s: int, b: int, h: int, t: int, act_byt
         0.25
     """
     return 2 * all_gather_bytes(t, s * b * h * act_bytes)
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One average decoder layer of one micro-batch on one GPU of a TP group, in seconds (``layer_time``).
+
+    forward_s, backward_s: its compute (the backward includes any recomputation); tp_s: its TP collectives that
+    compute does not hide, under ``tp_overlap`` (``steptime.Execution``: ``"none"``, ``"backward"``, ``"full"``);
+    link: the TP group's link (None without TP).
+    """
+
+    forward_s: float
+    backward_s: float
+    tp_s: float
+    tp_overlap: str
+    link: str | None
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+    @property
+    def tp_over_compute(self) -> float:
+        """The exposed TP time as a fraction of the layer's compute."""
+        return self.tp_s / self.compute_s
+
+
+def layer_time(report: Report, tp_overlap: str | None = None) -> LayerTime:
+    """Compute and exposed TP communication of an average decoder layer, per micro-batch, on one GPU.
+
+    The step-time model's micro-batch (``steptime.micro_batch``, with its fitted matmul and link efficiencies and
+    NCCL's latency) on the pipeline stage with the most layers, divided by that stage's layers: the average layer,
+    whose compute includes its share of the stage's other work (the output head and logits on the last stage).
+    TP sends 8 all-gather-sized transfers of s·b·h/c bf16 per layer (4 all-reduces; + 4 with full recomputation;
+    + 4 with Megatron-LM's sequence-parallel re-gather), on the plan's TP link. ``tp_overlap`` defaults to what the
+    plan's ledger's engine does (``steptime.execution_for``: the lab's and torchtitan's ``"none"``, Megatron-LM's
+    ``"backward"``, its asynchronous input-gradient reduction); ``"full"`` is Megatron-LM's ``--tp-comm-overlap``,
+    off by default. Units: seconds.
+
+        >>> from meshplan.plan import Plan, evaluate
+        >>> lt = layer_time(evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, recompute="selective")))
+        >>> round(lt.compute_s * 1e3, 2), round(lt.tp_s * 1e3, 2), lt.link, round(lt.tp_over_compute, 2)
+        (2.09, 2.72, 'nvlink', 1.31)
+    """
+    from . import steptime
+
+    execution = steptime.execution_for(report.plan.accounting.name)
+    if tp_overlap is not None:
+        execution = replace(execution, tp_overlap=tp_overlap)
+    stage = report.traffic_stage
+    mb = steptime.micro_batch(report, stage, execution)
+    n = report.plan.stages[stage].num_layers
+    return LayerTime(mb.forward_s / n, mb.backward_s / n, mb.tp_s / n, execution.tp_overlap, report.link["tp"])

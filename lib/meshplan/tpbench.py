@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 DTYPES = ("float32", "bfloat16")
-TOKENS, HIDDEN, FFN = 16, 96, 384      # small on purpose; f = 384 = 2^7 × 3 splits over t = 1, 2, 3, 4, 6, 8
+TOKENS, HIDDEN, FFN = 16, 96, 384  # small on purpose; f = 384 = 2^7 × 3 splits over t = 1, 2, 3, 4, 6, 8
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ def _round(x: np.ndarray, dtype: str) -> np.ndarray:
     """Store ``x`` in ``dtype`` (float32 values; bfloat16 rounds to nearest even, then widens back)."""
     if dtype == "bfloat16":
         import ml_dtypes
+
         return x.astype(ml_dtypes.bfloat16).astype(np.float32)
     return x.astype(np.float32)
 
@@ -73,14 +74,14 @@ def _matmul(x: np.ndarray, w: np.ndarray, dtype: str) -> np.ndarray:
     """x @ w accumulated in float32 in the fixed order k = 0, 1, …, then stored in ``dtype``."""
     acc = np.zeros((x.shape[0], w.shape[1]), dtype=np.float32)
     for k in range(x.shape[1]):
-        acc += x[:, k:k + 1] * w[k:k + 1, :]
+        acc += x[:, k : k + 1] * w[k : k + 1, :]
     return _round(acc, dtype)
 
 
 def _gelu(x: np.ndarray, dtype: str) -> np.ndarray:
     """GeLU, tanh approximation, computed in float32 and stored in ``dtype``."""
     c = np.float32(np.sqrt(2.0 / np.pi))
-    y = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x ** 3)))
+    y = np.float32(0.5) * x * (np.float32(1.0) + np.tanh(c * (x + np.float32(0.044715) * x**3)))
     return _round(y.astype(np.float32), dtype)
 
 
@@ -101,8 +102,9 @@ def inputs(seed: int = 0, tokens: int = TOKENS, h: int = HIDDEN, f: int = FFN):
     return x, a, b
 
 
-def bench(t: int, dtype: str = "float32", seed: int = 0, tokens: int = TOKENS, h: int = HIDDEN,
-          f: int = FFN) -> BenchResult:
+def bench(
+    t: int, dtype: str = "float32", seed: int = 0, tokens: int = TOKENS, h: int = HIDDEN, f: int = FFN
+) -> BenchResult:
     """Run Y = GeLU(X·A)·B unsplit and split over ``t`` ranks (A by columns, B by rows) and compare.
 
     Raises ValueError if t does not divide f or the dtype is unknown.
@@ -123,5 +125,11 @@ def bench(t: int, dtype: str = "float32", seed: int = 0, tokens: int = TOKENS, h
     y_parts = [_matmul(zp, b[c, :], dtype) for zp, c in zip(z_parts, cols)]
     forward = _sum(y_parts, dtype)
     backward = _sum(y_parts[::-1], dtype)
-    return BenchResult(t, dtype, col_diff, float(np.max(np.abs(forward - y))),
-                       float(np.max(np.abs(backward - forward))), float(np.max(np.abs(y))))
+    return BenchResult(
+        t,
+        dtype,
+        col_diff,
+        float(np.max(np.abs(forward - y))),
+        float(np.max(np.abs(backward - forward))),
+        float(np.max(np.abs(y))),
+    )

@@ -43,11 +43,11 @@ STAGE_SHARDS: dict[int, frozenset[str]] = {
 class BytesPerParam:
     """Bytes per parameter, as named terms (defaults: bf16 mixed-precision Adam, 16 B)."""
 
-    weights: int = 2   # bf16 working copy of the weights
-    grads: int = 2     # bf16 gradients
-    master: int = 4    # fp32 master weights
-    adam_m: int = 4    # fp32 Adam first moment
-    adam_v: int = 4    # fp32 Adam second moment
+    weights: int = 2  # bf16 working copy of the weights
+    grads: int = 2  # bf16 gradients
+    master: int = 4  # fp32 master weights
+    adam_m: int = 4  # fp32 Adam first moment
+    adam_v: int = 4  # fp32 Adam second moment
 
     def __post_init__(self) -> None:
         for name, b in self.terms().items():
@@ -81,8 +81,9 @@ def _check_pos(name: str, value) -> None:
         raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
-def model_states_terms(params: float, zero_stage: int = 0, dp: int = 1,
-                       bpp: BytesPerParam = DEFAULT_BPP) -> dict[str, float]:
+def model_states_terms(
+    params: float, zero_stage: int = 0, dp: int = 1, bpp: BytesPerParam = DEFAULT_BPP
+) -> dict[str, float]:
     """Bytes per GPU of each named term for ``params`` parameters held by this GPU's model replica shard.
 
     ``params`` is already divided by TP × PP; ``dp`` is the size of the group ZeRO shards over.
@@ -150,8 +151,9 @@ class SyncCollective:
     def bytes(self, n: int, params: float, micro_batches: int = 1) -> float:
         """Bytes one rank sends per step for ``params`` parameters over ``n`` ranks."""
         size = params * self.wire_bytes
-        ring = {ALL_REDUCE: ring_all_reduce_bytes, REDUCE_SCATTER: reduce_scatter_bytes,
-                ALL_GATHER: all_gather_bytes}[self.kind](n, size)
+        ring = {ALL_REDUCE: ring_all_reduce_bytes, REDUCE_SCATTER: reduce_scatter_bytes, ALL_GATHER: all_gather_bytes}[
+            self.kind
+        ](n, size)
         return ring * (micro_batches if self.per_micro_batch else 1)
 
 
@@ -162,13 +164,19 @@ class SyncCollective:
 # reduce-scattered (§7.2.2: 3Ψ, 1.5× DP).
 LAB_SYNC: dict[int, tuple[SyncCollective, ...]] = {
     0: (SyncCollective("all-reduce (gradients)", ALL_REDUCE),),
-    1: (SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
-        SyncCollective("all-gather (updated weights)", ALL_GATHER)),
-    2: (SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
-        SyncCollective("all-gather (updated weights)", ALL_GATHER)),
-    3: (SyncCollective("all-gather (weights, forward)", ALL_GATHER),
+    1: (
+        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
+        SyncCollective("all-gather (updated weights)", ALL_GATHER),
+    ),
+    2: (
+        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
+        SyncCollective("all-gather (updated weights)", ALL_GATHER),
+    ),
+    3: (
+        SyncCollective("all-gather (weights, forward)", ALL_GATHER),
         SyncCollective("all-gather (weights, backward)", ALL_GATHER),
-        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER)),
+        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
+    ),
 }
 
 
@@ -178,8 +186,9 @@ def sync_terms(n: int, params: float, schedule: tuple[SyncCollective, ...], micr
     place the data-parallel synchronisation is priced, for every ledger.
 
         >>> t = sync_terms(8, 27_781_427_952, LAB_SYNC[3])
-        >>> {k: round(v / 1e9, 1) for k, v in t.items()}
-        {'all-gather (weights, forward)': 48.6, 'all-gather (weights, backward)': 48.6, 'reduce-scatter (gradients)': 48.6}
+        >>> {k: round(v / 1e9, 1) for k, v in t.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'all-gather (weights, forward)': 48.6, 'all-gather (weights, backward)': 48.6,
+         'reduce-scatter (gradients)': 48.6}
     """
     _check_pos("n", n)
     out: dict[str, float] = {}
@@ -225,9 +234,14 @@ def fsdp_unit_params(spec) -> list[int]:
     return [spec.params.total - sum(layers), *layers]
 
 
-def fsdp2_collectives_per_step(unit_params: Sequence[int], resharded: Sequence[bool], micro_batches: int,
-                               sync_every_micro_batch: bool = True, param_bytes: int = 4,
-                               grad_bytes: int = 4) -> dict[str, int]:
+def fsdp2_collectives_per_step(
+    unit_params: Sequence[int],
+    resharded: Sequence[bool],
+    micro_batches: int,
+    sync_every_micro_batch: bool = True,
+    param_bytes: int = 4,
+    grad_bytes: int = 4,
+) -> dict[str, int]:
     """FSDP2's collectives on one rank per optimizer step with gradient accumulation over m micro-batches.
 
     Each unit all-gathers its parameters before its forward in every micro-batch; a unit resharded after
@@ -262,6 +276,172 @@ def fsdp2_collectives_per_step(unit_params: Sequence[int], resharded: Sequence[b
     m, units, params = micro_batches, len(unit_params), sum(unit_params)
     again = [p for p, r in zip(unit_params, resharded) if r]
     syncs = m if sync_every_micro_batch else 1
-    return {"all_gathers": m * (units + len(again)), "reduce_scatters": syncs * units,
-            "all_gather_bytes": m * (params + sum(again)) * param_bytes,
-            "reduce_scatter_bytes": syncs * params * grad_bytes}
+    return {
+        "all_gathers": m * (units + len(again)),
+        "reduce_scatters": syncs * units,
+        "all_gather_bytes": m * (params + sum(again)) * param_bytes,
+        "reduce_scatter_bytes": syncs * params * grad_bytes,
+    }
+
+
+# ---------------------------------------------------------------- FSDP2: resharding, wire bytes, memory held, HSDP
+# Sources, PyTorch v2.13.0 (cf30153), torch/distributed/fsdp/_fully_shard/ (the ``_TORCH_FSDP`` prefix below):
+# _fully_shard.py#L183-L190 (reshard_after_forward: True reshards and re-gathers in backward, False keeps the unsharded
+# parameters, None "is set to True for non-root modules and False for root modules"), _fsdp_state.py#L203-L207 (the
+# root is not resharded after forward), _fsdp_param_group.py#L576-L585 and #L795-L830 (backward prefetch of the next
+# unit), #L419-L429 (implicit forward prefetch: the next unit's all-gather issued while this one computes),
+# _fsdp_collectives.py#L618-L624 and #L634-L662 (HSDP: reduce-scatter over the shard group, then all-reduce over the
+# replicate group), _fully_shard.py#L413-L452 (set_requires_gradient_sync, set_requires_all_reduce).
+_TORCH_FSDP = "pytorch/pytorch v2.13.0 (cf30153), torch/distributed/fsdp/_fully_shard/"
+RESHARD_AFTER_FORWARD = (True, False, None)  # None: torch's default
+
+
+def fsdp2_resharded(units: int, reshard_after_forward: bool | None) -> list[bool]:
+    """Which of ``units`` ``fully_shard`` units ([root, unit 1, …], as ``fsdp_unit_params`` lists them) reshard
+    their parameters after forward when every call passes ``reshard_after_forward``.
+
+    True: every unit; False: none; None (torch's default): every unit but the root, which "is typically required
+    immediately when the backward pass begins" (``_fully_shard.py#L183-L190``, ``_fsdp_state.py#L203-L207`` at
+    torch v2.13.0). The same rule ``realrun`` applies to its FSDP2 runs.
+
+        >>> fsdp2_resharded(3, None), fsdp2_resharded(3, False)
+        ([False, True, True], [False, False, False])
+    """
+    _check_pos("units", units)
+    if reshard_after_forward not in RESHARD_AFTER_FORWARD or not isinstance(reshard_after_forward, (bool, type(None))):
+        raise ValueError(f"reshard_after_forward={reshard_after_forward!r} must be True, False or None")
+    if reshard_after_forward is None:
+        return [i > 0 for i in range(units)]
+    return [reshard_after_forward] * units
+
+
+def fsdp2_sync_bytes(
+    unit_params: Sequence[int],
+    resharded: Sequence[bool],
+    n: int,
+    micro_batches: int,
+    sync_every_micro_batch: bool = True,
+    param_bytes: int = 2,
+    grad_bytes: int = 4,
+) -> dict[str, float]:
+    """Bytes one rank sends per optimizer step for FSDP2's all-gathers and reduce-scatters over ``n`` ranks.
+
+    The payloads of ``fsdp2_collectives_per_step`` on a ring: all-gather (n−1)/n × the gathered output, reduce-scatter
+    (n−1)/n × the input (``collectives``). With U units, R of them resharded after forward, Ψ parameters in all:
+
+        all-gather     = m × (Ψ + Ψ_resharded) × param_bytes × (n−1)/n
+        reduce-scatter = (m, or 1 with the sync on the last micro-batch only) × Ψ × grad_bytes × (n−1)/n
+
+    Defaults: torchtitan's ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`` (bf16 gathers,
+    fp32 gradient reductions; ``accounting.FSDP2``'s sources). Units: bytes per rank per step.
+
+        >>> units = [10, 20, 20]
+        >>> fsdp2_sync_bytes(units, fsdp2_resharded(3, None), n=2, micro_batches=2)
+        {'all-gather (bf16 weights)': 180.0, 'reduce-scatter (fp32 gradients)': 200.0}
+    """
+    _check_pos("n", n)
+    c = fsdp2_collectives_per_step(
+        unit_params, resharded, micro_batches, sync_every_micro_batch, param_bytes, grad_bytes
+    )
+    names = {2: "bf16", 4: "fp32"}
+    return {
+        f"all-gather ({names.get(param_bytes, f'{param_bytes}-byte')} weights)": all_gather_bytes(
+            n, c["all_gather_bytes"]
+        ),
+        f"reduce-scatter ({names.get(grad_bytes, f'{grad_bytes}-byte')} gradients)": reduce_scatter_bytes(
+            n, c["reduce_scatter_bytes"]
+        ),
+    }
+
+
+def fsdp2_unsharded_bytes(
+    unit_params: Sequence[int],
+    resharded: Sequence[bool],
+    sync_every_micro_batch: bool = True,
+    param_bytes: int = 2,
+    grad_bytes: int = 4,
+    prefetch: int = 1,
+) -> dict[str, float]:
+    """Bytes of unsharded parameters and gradients one rank holds at the peak of a micro-batch, on top of its
+    sharded states (``unit_params`` as ``fsdp_unit_params``: the root first).
+
+    * ``root``: the root unit's parameters. The root's forward is the whole model's, so they are unsharded from
+      the model's first operation to its last, and again through the whole backward, whatever
+      ``reshard_after_forward`` says: Ψ_root × param_bytes.
+    * ``kept after forward``: the other units that do not reshard after forward hold their parameters from their
+      forward to their backward; at the turn from forward to backward all of them at once: Σ × param_bytes.
+    * ``in flight``: the unit computing and the ``prefetch`` units gathered ahead of it (FSDP2 prefetches one: the
+      next unit's all-gather is issued while this one computes, ``_fsdp_param_group.py#L419-L429`` and
+      ``#L795-L830`` at torch v2.13.0), among those resharded after forward: (1 + prefetch) × the largest of them
+      × param_bytes (0 when none reshards).
+    * ``accumulated gradients``: with ``set_requires_gradient_sync(False)`` on all but the last micro-batch, every
+      unit's unsharded gradient stays in the reduce dtype until the last backward: Ψ × grad_bytes.
+
+    Not counted: one unit's bf16 gradients and the reduce-scatter input buffer before its reduction (transient,
+    one unit each). Units: bytes.
+
+        >>> fsdp2_unsharded_bytes([10, 20, 30], fsdp2_resharded(3, None))
+        {'root': 20, 'kept after forward': 0, 'in flight': 120, 'accumulated gradients': 0}
+        >>> fsdp2_unsharded_bytes([10, 20, 30], fsdp2_resharded(3, False), sync_every_micro_batch=False)
+        {'root': 20, 'kept after forward': 100, 'in flight': 0, 'accumulated gradients': 240}
+    """
+    if len(resharded) != len(unit_params) or not unit_params:
+        raise ValueError(f"resharded has {len(resharded)} entries for {len(unit_params)} units (at least the root)")
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        raise ValueError(f"prefetch={prefetch!r} must be a non-negative integer")
+    rest = list(zip(unit_params[1:], resharded[1:]))
+    moving = [p for p, r in rest if r]
+    return {
+        "root": unit_params[0] * param_bytes,
+        "kept after forward": sum(p for p, r in rest if not r) * param_bytes,
+        "in flight": (min(1 + prefetch, len(moving)) * max(moving) * param_bytes) if moving else 0,
+        "accumulated gradients": 0 if sync_every_micro_batch else sum(unit_params) * grad_bytes,
+    }
+
+
+def hsdp_sync_bytes(
+    params: float,
+    shard: int,
+    replicate: int,
+    micro_batches: int = 1,
+    gathers_per_micro_batch: int = 2,
+    param_bytes: int = 2,
+    grad_bytes: int = 4,
+    all_reduce_every_micro_batch: bool = True,
+) -> dict[str, float]:
+    """Bytes one rank sends per optimizer step with HSDP: FSDP2 on a 2-D mesh (replicate, shard), the parameters
+    sharded over the ``shard`` ranks of a group (a node) and replicated over ``replicate`` groups.
+
+    Each micro-batch all-gathers the weights inside the shard group (``gathers_per_micro_batch``: 2 when resharded
+    after forward, 1 when not), reduce-scatters the gradients inside it, then all-reduces each rank's 1/shard of
+    the gradients over the replicate group (``_fsdp_collectives.py#L618-L624`` and ``#L634-L662`` at torch
+    v2.13.0); ``set_requires_all_reduce(False)`` on all but the last micro-batch keeps the reduce-scatter and does
+    the all-reduce once (``all_reduce_every_micro_batch=False``). FSDP over N ranks is shard = N, replicate = 1.
+
+        all-gather (shard group)     = m × gathers × Ψ × param_bytes × (s−1)/s
+        reduce-scatter (shard group) = m × Ψ × grad_bytes × (s−1)/s
+        all-reduce (replicate group) = (m or 1) × Ψ × grad_bytes / s × 2(r−1)/r
+
+    Model states per rank are those of ZeRO-3 over s ranks, 16Ψ/s. Units: bytes per rank per step.
+
+        >>> t = hsdp_sync_bytes(27_781_427_952, shard=8, replicate=8)
+        >>> {k: round(v / 1e9, 1) for k, v in t.items()}  # doctest: +NORMALIZE_WHITESPACE
+        {'all-gather (shard group)': 97.2, 'reduce-scatter (shard group)': 97.2,
+         'all-reduce (replicate group)': 24.3}
+    """
+    for name, value in (
+        ("shard", shard),
+        ("replicate", replicate),
+        ("micro_batches", micro_batches),
+        ("gathers_per_micro_batch", gathers_per_micro_batch),
+    ):
+        _check_pos(name, value)
+    if not params > 0:
+        raise ValueError(f"params={params!r} must be positive")
+    m = micro_batches
+    return {
+        "all-gather (shard group)": m * gathers_per_micro_batch * all_gather_bytes(shard, params * param_bytes),
+        "reduce-scatter (shard group)": m * reduce_scatter_bytes(shard, params * grad_bytes),
+        "all-reduce (replicate group)": (m if all_reduce_every_micro_batch else 1)
+        * ring_all_reduce_bytes(replicate, params * grad_bytes / shard),
+    }
