@@ -54,7 +54,7 @@ from .mesh import Mesh, check_nodes
 from .model import ModelSpec, load_model
 from .pp import bubble_fraction, bubble_share_of_time, pp_bytes_per_step
 from .stages import Stage, inflight_micro_batches, interleave_factor, spread_layers, stage_inflight_layers, stages
-from .tp import megatron_sp_regather_bytes_per_layer, tp_bytes_per_step
+from .tp import kv_replicas, megatron_sp_regather_bytes_per_layer, tp_bytes_per_step
 from .zero import BytesPerParam, model_states_terms, sync_terms
 
 __all__ = [
@@ -111,13 +111,7 @@ class Workload:
 def _check_tp_heads(model: ModelSpec, t: int, kv_replication: bool) -> None:
     if model.num_attention_heads % t:
         raise ValueError(f"tp={t} does not divide {model.num_attention_heads} attention heads")
-    kv = model.num_key_value_heads
-    if kv % t and not (kv_replication and t % kv == 0):
-        if kv_replication:
-            raise ValueError(
-                f"tp={t} does not divide {kv} KV heads (and {kv} KV heads do not divide tp={t} for replication)"
-            )
-        raise ValueError(f"tp={t} does not divide {kv} KV heads")
+    kv_replicas(model.num_key_value_heads, t, replication=kv_replication)  # the one rule for KV heads over TP
     for heads, what in (
         (model.linear_num_key_heads, "linear-attention key heads"),
         (model.linear_num_value_heads, "linear-attention value heads"),
