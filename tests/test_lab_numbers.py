@@ -9,7 +9,7 @@ import pytest
 
 from meshplan import activations, collectives, compute, cp, dp, ep, load_hardware, load_model, pp, published, tp, zero
 from meshplan.lab import ANCHOR, LAB_8_GPUS, LAB_64_GPUS, lab_plan, lab_reports
-from meshplan.plan import DIMS, evaluate
+from meshplan.plan import DIMS, Plan, evaluate
 from meshplan.units import GB, fmt_gb, fmt_gib, fmt_mb, fmt_mib, fmt_pct
 
 P = 27_781_427_952  # the anchor's stored parameters
@@ -35,17 +35,40 @@ EXPECTED_8 = {
     "DP 8 · ZeRO-3 · full recompute": ("55.6", "2.7", "58.2", True, {"dp": ("145.9", "nvlink")}, "0.0"),
     "DP 8 · ZeRO-3 · selective recompute": ("55.6", "45.6", "101.2", False, {"dp": ("145.9", "nvlink")}, "0.0"),
     "TP 8 · selective recompute": ("55.6", "5.7", "61.3", True, {"tp": ("150.3", "nvlink")}, "0.0"),
-    "TP 2 × PP 4 · full recompute": ("55.6", "1.3", "56.9", True,
-                                     {"tp": ("21.5", "nvlink"), "pp": ("0.7", "nvlink")}, "37.5"),
+    "TP 2 × PP 4 · full recompute": (
+        "55.6",
+        "1.3",
+        "56.9",
+        True,
+        {"tp": ("21.5", "nvlink"), "pp": ("0.7", "nvlink")},
+        "37.5",
+    ),
 }
 EXPECTED_64 = {
-    "TP 8 × PP 8 · full recompute": ("6.9", "0.3", "7.3", True,
-                                     {"tp": ("18.8", "nvlink"), "pp": ("0.7", "infiniband")}, "87.5"),
-    "TP 8 × PP 8 · full recompute · m = 32": ("6.9", "0.3", "7.3", True,
-                                              {"tp": ("75.2", "nvlink"), "pp": ("2.7", "infiniband")}, "21.9"),
-    "TP 8 × PP 2 × DP 4 · ZeRO-1": ("12.2", "0.3", "12.5", True,
-                                    {"tp": ("75.2", "nvlink"), "pp": ("0.7", "infiniband"),
-                                     "dp": ("5.2", "infiniband")}, "12.5"),
+    "TP 8 × PP 8 · full recompute": (
+        "6.9",
+        "0.3",
+        "7.3",
+        True,
+        {"tp": ("18.8", "nvlink"), "pp": ("0.7", "infiniband")},
+        "87.5",
+    ),
+    "TP 8 × PP 8 · full recompute · m = 32": (
+        "6.9",
+        "0.3",
+        "7.3",
+        True,
+        {"tp": ("75.2", "nvlink"), "pp": ("2.7", "infiniband")},
+        "21.9",
+    ),
+    "TP 8 × PP 2 × DP 4 · ZeRO-1": (
+        "12.2",
+        "0.3",
+        "12.5",
+        True,
+        {"tp": ("75.2", "nvlink"), "pp": ("0.7", "infiniband"), "dp": ("5.2", "infiniband")},
+        "12.5",
+    ),
 }
 
 
@@ -54,8 +77,9 @@ def test_lab_tables_have_the_expected_rows():
     assert [r["label"] for r in LAB_64_GPUS] == list(EXPECTED_64)
 
 
-@pytest.mark.parametrize("rows, expected, gpus", [(LAB_8_GPUS, EXPECTED_8, 8), (LAB_64_GPUS, EXPECTED_64, 64)],
-                         ids=["8-gpus", "64-gpus"])
+@pytest.mark.parametrize(
+    "rows, expected, gpus", [(LAB_8_GPUS, EXPECTED_8, 8), (LAB_64_GPUS, EXPECTED_64, 64)], ids=["8-gpus", "64-gpus"]
+)
 def test_lab_rows(rows, expected, gpus):
     reports = lab_reports(rows)
     assert len(reports) == len(expected)
@@ -204,3 +228,176 @@ def test_zero_paper_figure_1():
     got = [gb(zero.model_states_bytes(psi, stage, n)) for stage in range(4)]
     assert got == ["120.0", "31.4", "16.6", "1.9"]
     assert f"{zero.model_states_bytes(psi, 3, n) / GB:.3f}" == "1.875"
+
+
+# ---------------------------------------------------------------- the same plans in Megatron-LM's ledger
+# (notebooks/lab_tables.ipynb shows them beside the lab page's tables)
+# label -> (states, activations, total, fits, {dim: (GB, link)}, bubble %), or the reason Megatron-LM refuses it
+TP8_REFUSED = "tp=8 does not divide 4 KV heads"
+EXPECTED_MEGATRON_8 = {
+    "DP 8 · ZeRO-3 · full recompute": ("62.5", "7.0", "69.5", True, {"dp": ("1555.8", "nvlink")}, "0.0"),
+    "DP 8 · ZeRO-3 · selective recompute": ("62.5", "108.9", "171.4", False, {"dp": ("1555.8", "nvlink")}, "0.0"),
+    "TP 8 · selective recompute": TP8_REFUSED,
+    "TP 2 × PP 4 · full recompute": (
+        "62.5",
+        "2.5",
+        "65.0",
+        True,
+        {"tp": ("26.8", "nvlink"), "pp": ("0.3", "nvlink")},
+        "37.5",
+    ),
+}
+EXPECTED_MEGATRON_64 = dict.fromkeys(EXPECTED_64, TP8_REFUSED)
+
+# the nearest 64-GPU plans Megatron-LM runs: TP 4 (the largest size dividing the 4 KV heads), DP doubled
+NEAREST_64 = {
+    "TP 4 × PP 8 × DP 2 · full recompute": (
+        {"gpus": 64, "tp": 4, "pp": 8, "dp": 2, "recompute": "full"},
+        (
+            "15.6",
+            "1.2",
+            "16.8",
+            True,
+            {"dp": ("3.5", "infiniband"), "tp": ("20.1", "nvlink"), "pp": ("0.2", "infiniband")},
+            "87.5",
+        ),
+    ),
+    "TP 4 × PP 8 × DP 2 · full recompute · m = 32": (
+        {"gpus": 64, "tp": 4, "pp": 8, "dp": 2, "recompute": "full", "micro_batches": 32},
+        (
+            "15.6",
+            "1.2",
+            "16.8",
+            True,
+            {"dp": ("3.5", "infiniband"), "tp": ("80.5", "nvlink"), "pp": ("0.7", "infiniband")},
+            "21.9",
+        ),
+    ),
+    "TP 4 × PP 2 × DP 8 · ZeRO-1": (
+        {"gpus": 64, "tp": 4, "pp": 2, "dp": 8, "zero": 1, "recompute": "full"},
+        (
+            "26.0",
+            "1.4",
+            "27.5",
+            True,
+            {"dp": ("18.2", "infiniband"), "tp": ("80.5", "nvlink"), "pp": ("0.2", "nvlink")},
+            "12.5",
+        ),
+    ),
+}
+
+
+def _check_row(r, expected, label):
+    states, activ, total, fits, comm, bubble = expected
+    m = r.memory_bytes
+    assert (gb(m["model_states"]), gb(m["activations"]), gb(m["total"])) == (states, activ, total), label
+    assert r.fits is fits, label
+    for dim in DIMS:
+        if dim in comm:
+            assert (gb(r.comm_bytes_per_step[dim]), r.link[dim]) == comm[dim], (label, dim)
+        else:
+            assert r.comm_bytes_per_step[dim] == 0 and r.link[dim] is None, (label, dim)
+    assert pct(r.bubble) == bubble, label
+
+
+@pytest.mark.parametrize(
+    "rows, expected",
+    [(LAB_8_GPUS, EXPECTED_MEGATRON_8), (LAB_64_GPUS, EXPECTED_MEGATRON_64)],
+    ids=["8-gpus", "64-gpus"],
+)
+def test_lab_rows_in_megatrons_ledger(rows, expected):
+    assert [row["label"] for row in rows] == list(expected)
+    for row in rows:
+        want = expected[row["label"]]
+        if isinstance(want, str):
+            with pytest.raises(ValueError, match=want):
+                evaluate(lab_plan(row).replace(accounting="megatron"))
+            continue
+        r = evaluate(lab_plan(row).replace(accounting="megatron"))
+        assert r.plan.accounting.name == "megatron"
+        _check_row(r, want, row["label"])
+
+
+def test_megatron_ledger_against_its_formulas():
+    """18 B per parameter (fp32 gradients); Megatron-FSDP's ZeRO-3 sends, every micro-batch, two bf16 weight
+    all-gathers (2 + 2 B) and an fp32 gradient reduce-scatter (4 B), each (d−1)/d of the whole."""
+    zero3 = evaluate(lab_plan(LAB_8_GPUS[0]).replace(accounting="megatron"))
+    assert zero3.memory_bytes["model_states"] == pytest.approx(18 * P / 8)
+    assert zero3.comm_bytes_per_step["dp"] == pytest.approx(8 * (2 + 2 + 4) * P * 7 / 8)  # m = 8
+    tp2pp4 = evaluate(lab_plan(LAB_8_GPUS[3]).replace(accounting="megatron"))
+    lab_tp2pp4 = evaluate(lab_plan(LAB_8_GPUS[3]))
+    assert tp2pp4.comm_bytes_per_step["tp"] == pytest.approx(
+        1.25 * lab_tp2pp4.comm_bytes_per_step["tp"]
+    )  # SP re-gather
+    assert tp2pp4.comm_bytes_per_step["pp"] == pytest.approx(lab_tp2pp4.comm_bytes_per_step["pp"] / 2)  # ÷ t with SP
+
+
+@pytest.mark.parametrize("label", list(NEAREST_64))
+def test_nearest_megatron_plans_on_64_gpus(label):
+    settings, expected = NEAREST_64[label]
+    r = evaluate(Plan.create(ANCHOR, accounting="megatron", **settings))
+    _check_row(r, expected, label)
+    assert r.heaviest_dim == "tp" and r.link["tp"] == "nvlink"
+
+
+def test_lab_tables_page_follows_the_page_rules():
+    """Plumbing removed, exercises before the tables that answer them, no booleans, no index-name header row."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "lab_tables.ipynb").read_text("utf-8"))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    visible = [c for c in code if not {"remove-cell", "remove-input"} & set(c["metadata"].get("tags", []))]
+    assert len(visible) <= 5
+    sources = ["".join(c["source"]) for c in nb["cells"]]
+    for c in code:
+        src = "".join(c["source"])
+        if "glue(" in src or "def explain" in src:
+            assert "remove-cell" in c["metadata"].get("tags", []), src[:60]
+        for out in c.get("outputs", []):
+            html = "".join(out.get("data", {}).get("text/html", ""))
+            assert ">True<" not in html and ">False<" not in html, src[:60]
+            if "<thead>" in html:  # one header row: no index-name row (rename_axis(None))
+                assert html.split("<thead>")[1].split("</thead>")[0].count("<tr") == 1, src[:60]
+    ex8 = next(i for i, s in enumerate(sources) if '"lab-total-8"' in s)
+    ex64 = next(i for i, s in enumerate(sources) if '"lab-seconds-64"' in s)
+    assert ex8 < next(i for i, s in enumerate(sources) if s.strip() == "plan_table(reports8)")
+    assert ex64 < next(i for i, s in enumerate(sources) if s.strip() == "plan_table(reports64)")
+    # every number in the prose is glued; what remains are names (ZeRO-1, fp32, bf16, rank 0) and citation years
+    import re
+
+    md = "\n".join(s for c, s in zip(nb["cells"], sources) if c["cell_type"] == "markdown")
+    names = (
+        r"\{glue:\w+\}`[^`]+`|\]\([^)]+\)|\b(19|20)\d\d\b|Qwen3\.8-27B|ZeRO-\d|[Rr]ank 0|fp32|bf16|Llama 3|DeepSeek-V3"
+    )
+    prose = re.sub(names + r"|^\s*\d+\.\s", "", md, flags=re.MULTILINE)  # and the numbered list's markers
+    assert not re.findall(r"\d", prose), re.findall(r".{20}\d.{20}", prose)
+
+
+def _printed_before(nb: dict, marker: str) -> str:
+    """Everything the page shows before the cell whose source contains ``marker``: markdown, outputs, glued text."""
+    shown = []
+    for c in nb["cells"]:
+        src = "".join(c["source"])
+        if marker in src:
+            return "\n".join(shown)
+        if c["cell_type"] == "markdown":
+            shown.append(src)
+        for out in c.get("outputs", []):
+            data = out.get("data", {})
+            shown.append("".join(out.get("text", "")) + "".join(data.get("text/plain", "")))
+            shown.append("".join(data.get("text/html", "")))
+    raise AssertionError(f"no cell contains {marker!r}")
+
+
+def test_lab_tables_exercise_defaults_are_not_printed_above_them():
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "lab_tables.ipynb").read_text("utf-8"))
+    total = evaluate(lab_plan(LAB_8_GPUS[3])).memory_bytes["total"]  # lab-total-8's default plan
+    assert fmt_gb(total) == "56.9 GB"
+    assert "56.9" not in _printed_before(nb, '"lab-total-8"')
+    pp_s = evaluate(lab_plan(LAB_64_GPUS[2])).comm_time_s["pp"]  # lab-seconds-64's default dimension
+    assert f"{pp_s:.3f}" == "0.013"
+    assert "0.013" not in _printed_before(nb, '"lab-seconds-64"')
