@@ -1,4 +1,4 @@
-"""Chapter 1 in the built site (headless Chromium, file://, network blocked): the model-states exercise.
+"""Chapter 1 in the built site (headless Chromium, file://, network blocked): the model-states exercises.
 
 The answers the page shows were computed by the library when the book was built; these tests compute the same
 answers with the library now and compare them with what the page shows after moving a control, skipping the
@@ -9,8 +9,9 @@ no sideways scroll) are checked on every page by ``test_browser_smoke.py``.
 from __future__ import annotations
 
 import pytest
-from browser import chosen, predict, site_page, skip_prediction
-from meshplan import Plan, evaluate
+from browser import choose, chosen, predict, site_page, skip_prediction
+
+from meshplan import MEGATRON_BPP, Plan, evaluate, load_model, zero
 from meshplan.widgets import Result, compare
 
 CH1 = "notebooks/01_one_gpu.html"
@@ -24,23 +25,46 @@ def test_chapter1_controls_show_the_library_answer():
     with site_page(CH1) as page:
         ex = page.locator("#mp-ex-ch1-floor")
         ex.scroll_into_view_if_needed()
-        assert chosen(ex, "gpus") == "8"                         # the default: one node
-        assert skip_prediction(ex) == f"You skipped the prediction. The library says {_states_gb('qwen3.8-27b', 8):.1f} GB."
+        assert chosen(ex, "gpus") == "16"  # not the 8-GPU floor the chapters print
+        assert (
+            skip_prediction(ex)
+            == f"You skipped the prediction. The library says {_states_gb('qwen3.8-27b', 16):.1f} GB."
+        )
 
         slider = ex.locator('input.mp-slider[data-name="gpus"]')
         slider.focus()
-        page.keyboard.press("ArrowRight")                        # 8 -> 12: not a valid plan, flagged at once
+        page.keyboard.press("ArrowLeft")  # 16 -> 12: not a valid plan, flagged at once
         assert chosen(ex, "gpus") == "12"
         with pytest.raises(ValueError) as err:
             Plan.create("qwen3.8-27b", gpus=12, zero=3)
         assert ex.locator(".mp-answer").inner_text() == f"Not a valid combination: {err.value}"
         assert ex.locator(".mp-check").is_disabled()
 
-        slider.focus()
-        page.keyboard.press("ArrowRight")                        # 12 -> 16
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowRight")  # 12 -> 16 -> 32
         assert ex.locator(".mp-answer").inner_text() == ""
         answer = predict(ex, "20")
-        value = _states_gb("qwen3.8-27b", 16)
+        value = _states_gb("qwen3.8-27b", 32)
         assert answer[0] == compare("20", Result(value, f"{value:,.1f} GB"), unit="GB", digits=1)
-        assert f"{value:.1f} GB" in answer[0] and "−" in answer[0]
-        assert ex.locator(".mp-explanation").inner_text()        # the worked answer follows
+        assert f"{value:.1f} GB" in answer[0] and "−" not in answer[0]
+        assert ex.locator(".mp-explanation").inner_text()  # the worked answer follows
+
+
+def test_chapter1_fewest_gpus_names_the_conventions():
+    """The bytes-per-parameter choice is a pair of radio buttons that say whose convention each size is."""
+    with site_page(CH1) as page:
+        ex = page.locator("#mp-ex-ch1-fewest-gpus")
+        ex.scroll_into_view_if_needed()
+        options = ex.locator('.mp-radio[data-name="bytes_per_param"] .mp-option')
+        assert options.all_inner_texts() == ["16 B: lab page, DeepSpeed, FSDP2", "18 B: Megatron-LM"]
+        assert chosen(ex, "bytes_per_param") == "18 B: Megatron-LM"
+        assert chosen(ex, "model") == "Llama 3.1 405B"
+        params = load_model("llama-3.1-405b").params.total
+        assert skip_prediction(ex) == (
+            f"You skipped the prediction. The library says {zero.min_gpus_for_states(params, 80e9, MEGATRON_BPP)} GPUs."
+        )
+        choose(ex, "bytes_per_param", "16 B: lab page, DeepSpeed, FSDP2")
+        choose(ex, "model", "Qwen3.8-27B (anchor)")
+        n = zero.min_gpus_for_states(load_model("qwen3.8-27b").params.total, 80e9)
+        assert predict(ex, "6", enter=True)[0] == compare("6", Result(n, f"{n} GPUs"), unit="GPUs", digits=0)
+        assert "✓" in predict(ex, str(n))[0]

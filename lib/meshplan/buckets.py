@@ -12,9 +12,10 @@ cap is 1 MiB (``dist._DEFAULT_FIRST_BUCKET_BYTES``, so that communication starts
 25 MiB (26,214,400 B; ``data/published.json`` key ``ddp_bucket_cap_bytes``); an explicit ``bucket_cap_mb``
 (even 25) applies to every bucket, the first included (``first_cap_bytes=cap_bytes`` here). A tensor bigger
 than the cap gets a bucket to itself (with whatever small tensors were already open). PyTorch (with the
-default ``find_unused_parameters=False``) runs the first iteration with all gradients in one bucket and rebuilds the buckets with this rule, in the order the
-gradients actually became ready, before the second; this module models those rebuilt buckets (from the
-second iteration on), taking reversed registration order as the ready order.
+default ``find_unused_parameters=False``) runs the first iteration with all gradients in one bucket and rebuilds
+the buckets with this rule, in the order the gradients actually became ready, before the second; this module
+models those rebuilt buckets (from the second iteration on), taking reversed registration order as the ready
+order.
 
 **Timeline** (this module's model, not PyTorch's): the backward pass visits the tensors in that order and
 spends on each 4 FLOP × its parameters × tokens ÷ the effective FLOP/s (``meshplan.compute``); tensors
@@ -24,9 +25,11 @@ all-reduce (``collectives.ring_all_reduce_bytes``) starts when it is ready *and*
 all-reduce has finished (one serial link), and takes bytes ÷ bandwidth. The **exposed** communication
 is what is left after the backward pass ends: max(0, last all-reduce end − backward end).
 
-Assumptions: bf16 gradients (2 B per parameter); latency, kernel launch, and the optimizer step ignored;
-compute and communication do not slow each other down; the gradients become ready in reversed registration
-order (the real ready order, which the rebuild uses, can differ inside a layer).
+Assumptions: bf16 gradients (2 B per parameter; ``grad_bytes_per_param=4`` for fp32, Megatron-LM's default);
+latency, kernel launch, and the optimizer step ignored; compute and communication do not slow each other down;
+the gradients become ready in reversed registration order (the real ready order, which the rebuild uses, can
+differ inside a layer). These are the lab page's conventions; ``meshplan.steptime`` prices the same overlap with
+fitted rates, link efficiency and NCCL latency.
 
 Tensors: for the llama and qwen3_5 families each decoder layer is modelled as its tensors in Hugging
 Face registration order: the token mixer (attention or Gated DeltaNet) as **one block**, the MLP's three
@@ -49,9 +52,9 @@ from .compute import backward_time_s
 from .model import ModelSpec
 from .units import MiB
 
-DEFAULT_CAP_BYTES = 25 * MiB          # bucket_cap_mb=None -> 25 MiB, data/published.json ddp_bucket_cap_bytes
-FIRST_BUCKET_BYTES = 1 * MiB          # dist._DEFAULT_FIRST_BUCKET_BYTES (only with bucket_cap_mb=None)
-GRAD_BYTES_PER_PARAM = 2              # bf16 gradients
+DEFAULT_CAP_BYTES = 25 * MiB  # bucket_cap_mb=None -> 25 MiB, data/published.json ddp_bucket_cap_bytes
+FIRST_BUCKET_BYTES = 1 * MiB  # dist._DEFAULT_FIRST_BUCKET_BYTES (only with bucket_cap_mb=None)
+GRAD_BYTES_PER_PARAM = 2  # bf16 gradients
 
 
 @dataclass(frozen=True)
@@ -111,10 +114,16 @@ class Timeline:
 
 
 # the norms of a decoder layer in transformers' registration order, by where they sit
-_NORMS = {"pre": ("input_layernorm", "post_attention_layernorm"),
-          "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
-          "sandwich": ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                       "post_feedforward_layernorm")}
+_NORMS = {
+    "pre": ("input_layernorm", "post_attention_layernorm"),
+    "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    "sandwich": (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ),
+}
 
 
 def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
@@ -124,8 +133,9 @@ def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
     Raises ValueError for models whose layers are not dense with a gated (three-matrix) MLP (MoE, GPT-2's MLP).
     """
     if model.is_moe or not model.layers or any(L.mlp != "gated" or L.is_moe for L in model.layers):
-        raise ValueError(f"bucket timeline models dense models with gated MLPs only, not {model.name} "
-                         f"(family {model.family})")
+        raise ValueError(
+            f"bucket timeline models dense models with gated MLPs only, not {model.name} (family {model.family})"
+        )
     comps, h = model.params.components, model.hidden_size
     out = []
     if comps["vision"]:
@@ -137,11 +147,13 @@ def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
         down = h * layer.intermediate_size + (h if layer.mlp_bias else 0)
         norm = h * (2 if getattr(layer, "norm_bias", False) else 1)
         mixer = lp - 2 * mat - down - layer.norms_per_layer * norm
-        out += [GradTensor(f"layers.{i}.mixer", blk, mixer),
-                GradTensor(f"layers.{i}.mlp.gate_proj", blk, mat),
-                GradTensor(f"layers.{i}.mlp.up_proj", blk, mat),
-                GradTensor(f"layers.{i}.mlp.down_proj", blk, down)]
-        names = _NORMS.get(getattr(layer, "norm_position", "pre"), _NORMS["pre"])[:layer.norms_per_layer]
+        out += [
+            GradTensor(f"layers.{i}.mixer", blk, mixer),
+            GradTensor(f"layers.{i}.mlp.gate_proj", blk, mat),
+            GradTensor(f"layers.{i}.mlp.up_proj", blk, mat),
+            GradTensor(f"layers.{i}.mlp.down_proj", blk, down),
+        ]
+        names = _NORMS.get(getattr(layer, "norm_position", "pre"), _NORMS["pre"])[: layer.norms_per_layer]
         out += [GradTensor(f"layers.{i}.{name}", blk, norm) for name in names]
     final = sum(n * per for name, n, per in model.params.groups if name == "final_norm")
     out.append(GradTensor("norm", "final norm", final))
@@ -159,8 +171,12 @@ def backward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
     return tuple(reversed(forward_tensors(model)))
 
 
-def assign_buckets(tensors, cap_bytes: int = DEFAULT_CAP_BYTES, first_cap_bytes: int = FIRST_BUCKET_BYTES,
-                   grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM) -> tuple[Bucket, ...]:
+def assign_buckets(
+    tensors,
+    cap_bytes: int = DEFAULT_CAP_BYTES,
+    first_cap_bytes: int = FIRST_BUCKET_BYTES,
+    grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM,
+) -> tuple[Bucket, ...]:
     """Greedy bucket assignment over ``tensors`` (already in backward order), PyTorch's rule.
 
     Add each tensor to the open bucket; close it once its bytes reach the cap (``first_cap_bytes`` for the
@@ -173,7 +189,9 @@ def assign_buckets(tensors, cap_bytes: int = DEFAULT_CAP_BYTES, first_cap_bytes:
     for name, cap in (("cap_bytes", cap_bytes), ("first_cap_bytes", first_cap_bytes)):
         if not cap > 0:
             raise ValueError(f"{name}={cap!r} must be positive")
-    buckets, names, size = [], [], 0
+    buckets: list[Bucket] = []
+    names: list[str] = []
+    size = 0
     for t in tensors:
         names.append(t.name)
         size += t.params * grad_bytes_per_param
@@ -185,15 +203,24 @@ def assign_buckets(tensors, cap_bytes: int = DEFAULT_CAP_BYTES, first_cap_bytes:
     return tuple(buckets)
 
 
-def ddp_timeline(model: ModelSpec, tokens: float, dp: int, bytes_per_s: float, flop_per_s: float,
-                 cap_bytes: int = DEFAULT_CAP_BYTES, first_cap_bytes: int = FIRST_BUCKET_BYTES,
-                 grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM) -> Timeline:
+def ddp_timeline(
+    model: ModelSpec,
+    tokens: float,
+    dp: int,
+    bytes_per_s: float,
+    flop_per_s: float,
+    cap_bytes: int = DEFAULT_CAP_BYTES,
+    first_cap_bytes: int = FIRST_BUCKET_BYTES,
+    grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM,
+) -> Timeline:
     """The backward pass of ``tokens`` tokens per GPU with each bucket's ring all-reduce over ``dp`` ranks
     starting when it is ready and the link is free (see the module docstring). Seconds."""
     if not tokens > 0:
         raise ValueError(f"tokens={tokens!r} per GPU must be positive")
     tensors = backward_tensors(model)
-    ready, spans, clock = {}, [], 0.0
+    ready: dict[str, float] = {}
+    spans: list[tuple[str, float, float]] = []
+    clock = 0.0
     for t in tensors:
         dt = backward_time_s(t.params, tokens, flop_per_s) if t.compute else 0.0
         if spans and spans[-1][0] == t.block:
@@ -213,7 +240,28 @@ def ddp_timeline(model: ModelSpec, tokens: float, dp: int, bytes_per_s: float, f
     return Timeline(tuple(timings), tuple(spans), clock, comm)
 
 
-def exposed_comm_s(model: ModelSpec, tokens: float, dp: int, bytes_per_s: float, flop_per_s: float,
-                   cap_bytes: int = DEFAULT_CAP_BYTES, first_cap_bytes: int = FIRST_BUCKET_BYTES) -> float:
-    """Seconds of gradient all-reduce left after the backward pass ends (``Timeline.exposed_s``)."""
-    return ddp_timeline(model, tokens, dp, bytes_per_s, flop_per_s, cap_bytes, first_cap_bytes).exposed_s
+def exposed_comm_s(
+    model: ModelSpec,
+    tokens: float,
+    dp: int,
+    bytes_per_s: float,
+    flop_per_s: float,
+    cap_bytes: int = DEFAULT_CAP_BYTES,
+    first_cap_bytes: int = FIRST_BUCKET_BYTES,
+    grad_bytes_per_param: int = GRAD_BYTES_PER_PARAM,
+) -> float:
+    """Seconds of gradient all-reduce left after the backward pass ends (``Timeline.exposed_s``).
+
+    ``grad_bytes_per_param=4`` reduces fp32 gradients, as Megatron-LM's DDP does by default: twice the bytes, and
+    half as many parameters per bucket (the cap counts bytes of the gradient dtype).
+
+        >>> from meshplan import load_model
+        >>> m = load_model("qwen3.8-27b")
+        >>> [round(exposed_comm_s(m, 8192, 8, 50e9, 400e12, grad_bytes_per_param=b), 2) for b in (2, 4)]
+        [0.13, 1.83]
+    """
+    if grad_bytes_per_param not in (2, 4) or isinstance(grad_bytes_per_param, bool):
+        raise ValueError(f"grad_bytes_per_param={grad_bytes_per_param!r} must be 2 (bf16) or 4 (fp32)")
+    return ddp_timeline(
+        model, tokens, dp, bytes_per_s, flop_per_s, cap_bytes, first_cap_bytes, grad_bytes_per_param
+    ).exposed_s
