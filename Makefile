@@ -6,7 +6,7 @@
 #                  the site built from the outputs nbval has just verified, then the site/browser checks
 #   make check     the inner loop: unit and property tests only (no browser, no notebooks, no torch runs)
 #   make lint      ruff (lint and format) and mypy
-#   make lab       JupyterLab on 127.0.0.1 with live widgets (chapter 1)
+#   make lab       JupyterLab on 127.0.0.1 with live widgets (opens the evolution map)
 #   make clean     remove build outputs; `make distclean` also removes .venv
 
 SHELL := /bin/bash
@@ -21,6 +21,7 @@ CHROMIUM := /usr/bin/chromium
 BUILD_LOG := _build/book.log
 
 PYTEST   := $(VENV_BIN)/python -m pytest
+LAB_NOTEBOOK ?= notebooks/00_evolution_map.ipynb
 NBVAL    := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env --nbval-cell-timeout=300
 STORED_CONFIG := _build/config-stored.yml
 
@@ -82,13 +83,14 @@ lint: venv
 	$(VENV_BIN)/mypy
 
 # Take the course in JupyterLab: every exercise is a live widget that calls the library as you move it.
-# Serves this folder on 127.0.0.1 and opens chapter 1 in your browser (the other chapters are in notebooks/).
+# Serves this folder on 127.0.0.1 and opens the evolution map, the course's entry point, in your browser (the
+# chapters are in notebooks/; LAB_NOTEBOOK=notebooks/01_one_gpu.ipynb opens another).
 # More options through LAB_ARGS, e.g. `make lab LAB_ARGS="--no-browser --port=8899"`. (As root, in a container,
 # JupyterLab refuses to start without --allow-root.)
 .PHONY: lab
 lab: venv
 	env -u MESHPLAN_STATIC $(VENV_BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. \
-	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/01_one_gpu.ipynb $(LAB_ARGS)
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_NOTEBOOK) $(LAB_ARGS)
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis

@@ -82,6 +82,8 @@ def test_seed_004_example_flag_for_flag():
         "--group-query-attention": None,
         "--num-query-groups": "8",
         "--position-embedding-type": "rope",
+        "--rotary-base": "500000",
+        "--norm-epsilon": "1e-05",
         "--normalization": "RMSNorm",
         "--swiglu": None,
         "--disable-bias-linear": None,

@@ -354,8 +354,8 @@ def test_the_megatron_export(moe_megatron):
     assert "# note:" not in text  # Qwen3-30B-A3B has no feature the pinned Megatron-LM cannot express
     for flag in ("--qk-layernorm", "--num-experts 128", "--moe-router-topk 8", "--moe-ffn-hidden-size 768"):
         assert flag in text
-    # The page says the rotary base and the norm epsilon are not exported yet: update the page when they are.
-    assert "--rotary-base" not in text and "--norm-epsilon" not in text
+    # the rotary base and the norm epsilon travel with the shape (Megatron-LM's defaults are 10000 and 1e-5)
+    assert "--rotary-base 1000000 \\" in text and "--norm-epsilon 1e-06 \\" in text
     assert (config(MOE)["rope_theta"], config(MOE)["rms_norm_eps"]) == (1_000_000.0, 1e-06)
     notes = megatron(Plan.create("qwen3.8-27b", gpus=8, zero=3, recompute="full")).notes
     assert len(notes) == 3

@@ -264,9 +264,9 @@ def _add_search(sub) -> None:
 def _export(args) -> int:
     from .export import ENGINE_LEDGER, export_text
 
-    if args.accounting is None:  # an export is priced in its engine's own ledger
-        args.accounting = ENGINE_LEDGER[args.format]
-    text = export_text(plan_from_args(args), args.format)
+    ledger = args.accounting or ENGINE_LEDGER[args.format]  # an export is priced in its engine's own ledger
+    args.accounting = None  # the plan as written; export_text prices what the engine runs
+    text = export_text(plan_from_args(args), args.format, ledger)
     _print(text.rstrip("\n"))
     return 0
 

@@ -42,6 +42,8 @@ from .resources import DATA_DIR
 
 ENGINES_DIR = DATA_DIR / "engines"
 FORMATS = ("megatron", "torchtitan")
+TORCHTITAN_COMMIT = "6404b93"
+TORCHTITAN_MODELS = {"llama": "Llama 3", "deepseek_v3": "DeepSeek-V3"}  # torchtitan/models/ at that commit
 ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2"}  # the ledger each export is priced in
 
 
@@ -156,6 +158,14 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
     if {getattr(L, "norm_position", "pre") for L in layers} != {"pre"}:
         notes.append("post-block or sandwich norms have no flag at this commit: Megatron norms before each block")
     f.append(("--position-embedding-type", "learned_absolute" if m.position_embedding == "learned" else "rope"))
+    if m.position_embedding != "learned" and m.rope_theta is not None:
+        if m.rope_theta != int(m.rope_theta):
+            notes.append(f"rope_theta={m.rope_theta} is not an integer; Megatron's --rotary-base takes one")
+        f.append(("--rotary-base", int(m.rope_theta)))
+        if m.rotary_fraction != 1.0:
+            f.append(("--rotary-percent", m.rotary_fraction))
+    if m.norm_eps is not None:
+        f.append(("--norm-epsilon", m.norm_eps))
     dense = [L for L in layers if not L.is_moe]
     if dense:
         f.append(("--ffn-hidden-size", dense[0].intermediate_size))
@@ -261,6 +271,12 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
         reshard = "never" if plan.zero in (1, 2) else "always"
         if plan.zero == 1:
             notes.append("torchtitan has no ZeRO-1: exported as FSDP without resharding after forward (ZeRO-2-like)")
+    if plan.model.family not in TORCHTITAN_MODELS:
+        notes.append(
+            f"torchtitan at {TORCHTITAN_COMMIT} has model code for {', '.join(TORCHTITAN_MODELS.values())} "
+            f"only (torchtitan/models/): {plan.model.name} ({plan.model.family}) needs its own model "
+            "definition"
+        )
     par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard}
     if reshard is not None and shard > 1:
         par["fsdp_reshard_after_forward"] = reshard
@@ -321,13 +337,18 @@ def price_note(plan: Plan) -> str:
     )
 
 
-def export_text(plan: Plan, fmt: str) -> str:
-    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another), headed by its price
-    in the plan's ledger (the command line prices a Megatron-LM export in the ``megatron`` ledger and a torchtitan
-    one in ``fsdp2``, ``ENGINE_LEDGER``)."""
+def export_text(plan: Plan, fmt: str, ledger: str | None = None) -> str:
+    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another), headed by its price in
+    ``ledger`` (default: the plan's own; the command line prices a Megatron-LM export in the ``megatron`` ledger and a
+    torchtitan one in ``fsdp2``, ``ENGINE_LEDGER``). torchtitan runs ZeRO-1 as FSDP without resharding after forward
+    (ZeRO-2-like), so that is what its export prices."""
     if fmt not in FORMATS:
         raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
-    price = f"# {price_note(plan)}\n"
+    priced = (
+        plan
+        if ledger is None
+        else plan.replace(accounting=ledger, **({"zero": 2} if (fmt == "torchtitan" and plan.zero == 1) else {}))
+    )
     if fmt == "megatron":
-        return price + megatron(plan).command()
-    return price + toml(*torchtitan(plan))
+        return f"# {price_note(priced)}\n" + megatron(plan).command()
+    return f"# {price_note(priced)}\n" + toml(*torchtitan(plan))

@@ -577,7 +577,15 @@ def evaluate(plan: Plan) -> Report:
             f"{t // m.num_key_value_heads} GPUs (the extra k/v weights are not counted)"
         )
     if plan.recompute == "full" and t > 1:
-        notes.append("full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)")
+        if plan.accounting.name == "lab":
+            notes.append(
+                "full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)"
+            )
+        else:
+            notes.append(
+                "full recompute re-runs the forward's 2 TP collectives per layer: the step time charges them, "
+                "these bytes do not"
+            )
     if comm["edp"]:
         notes.append(
             f"routed-expert gradients sync over {d.expert_dp} expert-data-parallel ranks (edp), apart from "

@@ -16,6 +16,8 @@ Public entry points are re-exported by ``meshplan.model``.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from collections.abc import Callable, Mapping
 
 from . import deepseek, gemma, gpt2, llama, qwen, qwen3_5
@@ -107,7 +109,24 @@ def from_config(cfg: Mapping, name: str, where: str) -> ModelSpec:
     _check_architectures(f, mtype)
     spec = reader(f, name)
     f.refuse_unread(mtype)
-    return spec
+    return _with_numerics(spec, f)
+
+
+def _with_numerics(spec: ModelSpec, f: Fields) -> ModelSpec:
+    """The rotary base, the rotating fraction of each head and the norms' epsilon, which change no count but which an
+    export must carry (Megatron-LM's defaults differ: --rotary-base 10000, --norm-epsilon 1e-5)."""
+    text = f.opt_section("text_config") or f
+    rope = text.opt_section("rope_parameters")
+    theta = text.number("rope_theta", None) or (rope.number("rope_theta", None) if rope else None)
+    fraction = (rope.number("partial_rotary_factor", None) if rope else None) or text.number(
+        "partial_rotary_factor", None
+    )
+    eps = None
+    for key in ("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "norm_eps"):
+        eps = eps or text.number(key, None)
+    if fraction is not None and fraction > 1:
+        raise text.error(f"'partial_rotary_factor' must be at most 1, got {fraction}")
+    return replace(spec, rope_theta=theta, rotary_fraction=fraction or 1.0, norm_eps=eps)
 
 
 def _check_architectures(f: Fields, mtype: str) -> None:

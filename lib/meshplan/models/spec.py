@@ -169,6 +169,8 @@ class ModelSpec:
         final_norm: ``"rmsnorm"`` or ``"layernorm"`` (the norm before the head; its size is in ``norms``).
         final_logit_softcapping: tanh cap on the output logits (Gemma 2), ``None`` if none.
         num_mtp_layers: decoder layers of the multi-token-prediction module (0 if none).
+        rope_theta, rotary_fraction, norm_eps: the rotary base, the fraction of each head's width that rotates and the
+            norms' epsilon, read from the config (None when it has none); an export needs them.
         estimated: names of the fields that are estimates rather than exact counts (empty for the analytic
             families; the transformers fallback for other families fills it).
     """
@@ -201,7 +203,22 @@ class ModelSpec:
     final_logit_softcapping: float | None = None
     num_mtp_layers: int = 0
     estimated: tuple[str, ...] = ()
+    rope_theta: float | None = None
+    rotary_fraction: float = 1.0
+    norm_eps: float | None = None
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def activated_params(self) -> int:
+        """Parameters a token activates, the model cards' convention: ``flop_params`` (the text model's matmuls,
+        the activated experts only, the output head) plus the input embedding, counted once when it is tied to the
+        head.
+
+            >>> from meshplan import load_model
+            >>> load_model("qwen3-30b-a3b").activated_params
+            3353032704
+        """
+        return self.flop_params + (0 if self.tie_word_embeddings else self.params.components["embedding"])
