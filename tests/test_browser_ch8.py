@@ -1,14 +1,18 @@
-"""Chapter 8 in the built site (headless Chromium, file://, network blocked): click GPUs in the device grids and
-compare the highlighted groups with ``meshplan.Mesh``; pick another axis order; move a control to a mesh that
-does not fit and see it flagged; move an exercise control and check the shown answer."""
+"""Chapter 8 in the built site (headless Chromium, file://, network blocked): click GPUs in the device grid and
+compare the highlighted groups with ``meshplan.Mesh``; pick another axis order; move a control to a mesh that does
+not fit and see it flagged; move an exercise control and check the shown answer; write a whole plan in the
+plan-design checklists and read the same lines ``meshplan.design`` prints, on a desktop and on a phone."""
 
 from __future__ import annotations
 
-from browser import choose, chosen, predict, site_page
+import pytest
+from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page
+
 from meshplan import Mesh, Plan, evaluate
 from meshplan.grid import _members
+from meshplan.lab import design_checklist_8, design_checklist_64, heaviest_exercise
 from meshplan.mesh import AXES
-from meshplan.widgets import Result, compare
+from meshplan.widgets import compare
 
 CH8 = "notebooks/08_4d_lab.html"
 
@@ -33,8 +37,10 @@ def _check_rank(grid, mesh: Mesh, rank: int) -> None:
         assert got[a] == set(mesh.group(rank, a)) - {rank}, (a, rank)
         row = grid.locator(f'.mp-legend-row[data-axis="{a}"]')
         assert row.locator(".mp-members").inner_text() == _members(mesh.group(rank, a))
-        assert row.locator(".mp-link").inner_text() == {"nvlink": "NVLink", "infiniband": "InfiniBand",
-                                                         None: "no traffic"}[mesh.link(a)]
+        assert (
+            row.locator(".mp-link").inner_text()
+            == {"nvlink": "NVLink", "infiniband": "InfiniBand", None: "no traffic"}[mesh.link(a)]
+        )
 
 
 def test_chapter8_grid_click_highlights_the_mesh_groups():
@@ -51,38 +57,96 @@ def test_chapter8_grid_click_highlights_the_mesh_groups():
 
         slider = grid.locator('input.mp-slider[data-name="pp"]')
         slider.focus()
-        page.keyboard.press("ArrowLeft")                         # PP 8 -> 4 (DP becomes 2), then click again
+        page.keyboard.press("ArrowLeft")  # PP 8 -> 4 (DP becomes 2), then click again
         assert chosen(grid, "pp") == "4"
         _check_rank(grid, Mesh({"tp": 8, "cp": 1, "pp": 4, "dp": 2}, "tp-cp-pp-dp", 8), 42)
-        choose(grid, "order", "dp-pp-cp-tp")                     # the axis order: a visible option
+        choose(grid, "order", "dp-pp-cp-tp")  # the axis order: a visible option
         _check_rank(grid, Mesh({"tp": 8, "cp": 1, "pp": 4, "dp": 2}, "dp-pp-cp-tp", 8), 42)
 
         cp = grid.locator('input.mp-slider[data-name="cp"]')
         cp.focus()
-        page.keyboard.press("End")                               # CP 8: 8 x 8 x 4 = 256 GPUs > 64, flagged at once
-        assert grid.locator(".mp-status").inner_text() == \
-            "Not a valid mesh: tp×cp×pp = 8×8×4 = 256 does not divide gpus=64"
+        page.keyboard.press("End")  # CP 8: 8 x 8 x 4 = 256 GPUs > 64, flagged at once
+        assert (
+            grid.locator(".mp-status").inner_text()
+            == "Not a valid mesh: tp×cp×pp = 8×8×4 = 256 does not divide gpus=64"
+        )
         assert "mp-stale" in grid.locator(".mp-grid-nodes").get_attribute("class")
-
-        big = page.locator("#mp-grid-ch8-grid-1024")
-        big.scroll_into_view_if_needed()
-        assert big.locator(".mp-gpu").count() == 1024
-        _check_rank(big, Mesh({"tp": 8, "cp": 1, "pp": 16, "dp": 8}, "tp-cp-pp-dp", 8), 517)
-
-
-def _heaviest_gb(tp: int, pp: int, m: int) -> float:
-    r = evaluate(Plan.create("qwen3.8-27b", gpus=64, tp=tp, pp=pp, zero=1, recompute="full", micro_batches=m))
-    return r.comm_bytes_per_step[r.heaviest_dim] / 1e9
 
 
 def test_chapter8_exercise_control_and_check():
     with site_page(CH8) as page:
         ex = page.locator("#mp-ex-ch8-plan64")
         ex.scroll_into_view_if_needed()
-        ex.locator('input.mp-slider[data-name="m"]').focus()
-        page.keyboard.press("ArrowRight")                        # m 8 -> 32 (TP 8, PP 2)
-        assert chosen(ex, "m") == "32"
-        value = _heaviest_gb(8, 2, 32)
+        assert (chosen(ex, "tp"), chosen(ex, "pp"), chosen(ex, "m")) == ("4", "2", "32")
+        ex.locator('input.mp-slider[data-name="tp"]').focus()
+        page.keyboard.press("ArrowRight")  # TP 4 -> 8 (PP 2, m 32)
+        assert chosen(ex, "tp") == "8"
+        expected = heaviest_exercise().result(tp=8, pp=2, m=32)
         answer = predict(ex, "100 GB")
-        assert answer[0] == compare("100", Result(value, f"{value:,.1f} GB"), unit="GB", digits=1)
-        assert "the heaviest dimension is TP" in ex.locator(".mp-explanation").inner_text()
+        assert answer[0] == compare("100", expected, unit="GB", digits=1)
+        assert ex.locator(".mp-explanation").inner_text() == expected.explanation
+
+
+def _slide(root, page, name: str, key: str, times: int = 1) -> None:
+    root.locator(f'input.mp-slider[data-name="{name}"]').focus()
+    for _ in range(times):
+        page.keyboard.press(key)
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_chapter8_plan_design_checklist_prints_the_library_lines(viewport):
+    ck = design_checklist_8()
+    with site_page(CH8, viewport=viewport) as page:
+        root = page.locator(f"#{ck.dom_id}")
+        root.scroll_into_view_if_needed()
+        assert [chosen(root, n) for n in ("tp", "cp", "pp", "zero", "recompute", "b", "m", "ledger")] == [
+            "1",
+            "1",
+            "1",
+            "0",
+            "none",
+            "1",
+            "8",
+            "lab",
+        ]
+        root.locator(".mp-check").click()
+        assert root.locator(".mp-answer").inner_text() == ck.report(**ck.defaults)
+        # TP 2 x DP 4, ZeRO-3, selective, m = 16: the lab ledger's fastest plan
+        _slide(root, page, "tp", "ArrowRight")
+        _slide(root, page, "zero", "End")
+        choose(root, "recompute", "selective")
+        _slide(root, page, "m", "ArrowRight")
+        assert root.locator(".mp-answer").inner_text() == ""  # moving a control clears the lines
+        root.locator(".mp-check").click()
+        plan = {"tp": 2, "cp": 1, "pp": 1, "zero": 3, "recompute": "selective", "b": 1, "m": 16, "ledger": "lab"}
+        assert root.locator(".mp-answer").inner_text() == ck.report(**plan)
+        assert root.locator("li.mp-fail").count() == 0
+        # the same plan in FSDP2's ledger no longer fits
+        choose(root, "ledger", "fsdp2")
+        root.locator(".mp-check").click()
+        assert root.locator(".mp-answer").inner_text() == ck.report(**{**plan, "ledger": "fsdp2"})
+        assert root.locator("li.mp-fail").first.inner_text().startswith("✗ memory fits:")
+        # TP 8 leaves no room for CP or PP: their sliders offer one value and are disabled
+        _slide(root, page, "tp", "End")
+        assert chosen(root, "tp") == "8"
+        assert root.locator('input.mp-slider[data-name="cp"]').is_disabled()
+        assert root.locator('input.mp-slider[data-name="pp"]').is_disabled()
+        root.locator(".mp-check").click()
+        assert "✗ memory fits: tp=8 does not divide 4 KV heads" in root.locator(".mp-answer").inner_text()
+        assert horizontal_overflow(page) == 0
+
+
+def test_chapter8_second_checklist_flags_tp_across_nodes():
+    ck = design_checklist_64()
+    with site_page(CH8) as page:
+        root = page.locator(f"#{ck.dom_id}")
+        root.scroll_into_view_if_needed()
+        _slide(root, page, "tp", "End")  # TP 16 on nodes of 8 GPUs
+        assert chosen(root, "tp") == "16"
+        root.locator(".mp-check").click()
+        values = {c.name: c.default for c in ck.controls} | {"tp": 16, "pp": 2}
+        assert root.locator(".mp-answer").inner_text() == ck.report(**values)
+        fails = root.locator("li.mp-fail").all_inner_texts()
+        assert (
+            "✗ TP inside a node: tp = 16 > 8 GPUs per node: TP's per-layer collectives would cross InfiniBand" in fails
+        )

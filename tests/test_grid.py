@@ -10,6 +10,7 @@ from itertools import product
 
 import numpy as np
 import pytest
+
 from meshplan import Mesh, Plan, evaluate
 from meshplan.grid import (
     AXIS_COLOURS,
@@ -33,7 +34,7 @@ def brute_groups(sizes: dict, order: str, rank: int) -> dict:
     where = tuple(int(i[0]) for i in np.nonzero(grid == rank))
     out = {}
     for k, a in enumerate(axes):
-        idx = list(where)
+        idx: list[int | slice] = list(where)
         idx[k] = slice(None)
         out[a] = tuple(int(r) for r in grid[tuple(idx)])
     return out
@@ -81,24 +82,43 @@ def test_every_combination_carries_the_library_links_or_its_error():
         v = {n: grid.sliders[n][i] for n, i in zip(names, idx)}
         e = table[",".join(map(str, idx))]
         if v["tp"] * v["cp"] * v["pp"] > 64:
-            assert e == {"error": f"tp×cp×pp = {v['tp']}×{v['cp']}×{v['pp']} = {v['tp'] * v['cp'] * v['pp']} "
-                                  f"does not divide gpus=64"}
+            assert e == {
+                "error": f"tp×cp×pp = {v['tp']}×{v['cp']}×{v['pp']} = {v['tp'] * v['cp'] * v['pp']} "
+                f"does not divide gpus=64"
+            }
             continue
-        mesh = Mesh({"tp": v["tp"], "cp": v["cp"], "pp": v["pp"], "dp": 64 // (v["tp"] * v["cp"] * v["pp"])},
-                    v["order"], v["gpus_per_node"])
+        mesh = Mesh(
+            {"tp": v["tp"], "cp": v["cp"], "pp": v["pp"], "dp": 64 // (v["tp"] * v["cp"] * v["pp"])},
+            v["order"],
+            v["gpus_per_node"],
+        )
         assert e["links"] == {a: mesh.link(a) for a in AXES}
         assert e["strides"] == dict(mesh.strides)
-        r = evaluate(Plan.create("qwen3.8-27b", gpus=64, tp=v["tp"], cp=v["cp"], pp=v["pp"], order=v["order"],
-                                 gpus_per_node=v["gpus_per_node"], zero=1, recompute="full"))
+        r = evaluate(
+            Plan.create(
+                "qwen3.8-27b",
+                gpus=64,
+                tp=v["tp"],
+                cp=v["cp"],
+                pp=v["pp"],
+                order=v["order"],
+                gpus_per_node=v["gpus_per_node"],
+                zero=1,
+                recompute="full",
+            )
+        )
         assert f"= {r.memory_bytes['total'] / 1e9:,.1f} GB" in e["summary"]
 
 
 def test_lab_64_summary_line():
     e = DeviceGrid("t", 64, model="qwen3.8-27b", plan_kw={"zero": 1, "recompute": "full"}).entry(
-        tp=8, cp=1, pp=2, order="tp-cp-pp-dp", gpus_per_node=8)
-    assert e["summary"] == ("qwen3.8-27b: per GPU 12.2 GB model states + 0.3 GB activations = 12.5 GB (fits in 80 GB); "
-                            "bytes per GPU per step: DP 5.2 GB (InfiniBand) · TP 75.2 GB (NVLink) · "
-                            "PP 0.7 GB (InfiniBand); bubble (p−1)/(m·v) 12.5 %")
+        tp=8, cp=1, pp=2, order="tp-cp-pp-dp", gpus_per_node=8
+    )
+    assert e["summary"] == (
+        "qwen3.8-27b: per GPU 12.2 GB model states + 0.3 GB activations = 12.5 GB (fits in 80 GB); "
+        "bytes per GPU per step: DP 5.2 GB (InfiniBand) · TP 75.2 GB (NVLink) · "
+        "PP 0.7 GB (InfiniBand); bubble (p−1)/(m·v) 12.5 %"
+    )
     assert e["links"] == {"tp": "nvlink", "cp": None, "pp": "infiniband", "dp": "infiniband"}
 
 
@@ -143,12 +163,17 @@ def test_members_text():
 def test_static_html_is_self_contained():
     grid = DeviceGrid("ch8-x", 64, defaults={"tp": 8})
     html = grid.to_html()
-    payload = json.loads(re.search(r'class="mp-data">(.*?)</script>', html, re.DOTALL).group(1))
+    data = re.search(r'class="mp-data">(.*?)</script>', html, re.DOTALL)
+    assert data is not None
+    payload = json.loads(data.group(1))
     assert payload["gpus"] == 64 and payload["rank"] == 0 and payload["colours"] == AXIS_COLOURS
     assert [(c["name"], c["input"], c["texts"]) for c in payload["controls"]] == [
-        ("tp", "slider", ["1", "2", "4", "8"]), ("cp", "slider", ["1", "2", "4", "8"]),
-        ("pp", "slider", ["1", "2", "4", "8"]), ("order", "radio", ["tp-cp-pp-dp", "tp-cp-dp-pp", "dp-pp-cp-tp"]),
-        ("gpus_per_node", "radio", ["8", "4"])]
+        ("tp", "slider", ["1", "2", "4", "8"]),
+        ("cp", "slider", ["1", "2", "4", "8"]),
+        ("pp", "slider", ["1", "2", "4", "8"]),
+        ("order", "radio", ["tp-cp-pp-dp", "tp-cp-dp-pp", "dp-pp-cp-tp"]),
+        ("gpus_per_node", "radio", ["8", "4"]),
+    ]
     assert payload["table"] == grid.table()
     assert "src=" not in html and "http" not in html
     assert 'id="mp-grid-ch8-x"' in html and html.count("<script") == 2
@@ -175,8 +200,10 @@ def test_grid_html_colours_the_groups_of_the_rank():
 
 def test_plot_grid_draws_every_gpu():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     mesh = Mesh({"tp": 8, "cp": 1, "pp": 16, "dp": 8})
     fig = plot_grid(mesh, 5)
     ax = fig.axes[0]

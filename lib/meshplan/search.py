@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 from .accounting import Accounting, get_accounting
 from .activations import RECOMPUTE_MODES
@@ -67,8 +68,20 @@ VIRTUAL_STAGES = (1, 2, 4)
 # in its Llama 3 70B example; Llama 3 runs CP 16 at 131,072 (8,192 tokens per rank). Floor: 4,096 tokens per rank.
 MIN_SEQ_PER_CP_RANK = 4096
 SHAPE = ("tp", "cp", "pp", "dp", "ep")
-__all__ = ["Candidate", "Rejection", "SearchResult", "StepTime", "describe", "format_search", "mfu",
-           "model_flop_per_step", "search", "step_time", "tie_band", "tied_ranks"]
+__all__ = [
+    "Candidate",
+    "Rejection",
+    "SearchResult",
+    "StepTime",
+    "describe",
+    "format_search",
+    "mfu",
+    "model_flop_per_step",
+    "search",
+    "step_time",
+    "tie_band",
+    "tied_ranks",
+]
 
 
 def tie_band() -> float:
@@ -125,7 +138,7 @@ class Candidate:
 class Rejection:
     """A plan that was not kept: its settings, the first constraint it fails and the message."""
 
-    settings: Mapping[str, object]
+    settings: Mapping[str, Any]
     constraint: str
     message: str
 
@@ -204,13 +217,26 @@ def _check_choices(name: str, values, allowed) -> tuple:
     return values
 
 
-def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | None = None,
-           gpu_memory_bytes: float | None = None, order: str = DEFAULT_ORDER, max_cp: int = 32,
-           min_seq_per_cp_rank: int = MIN_SEQ_PER_CP_RANK, uneven_stages: bool = True,
-           hardware: Hardware | str | None = None, accounting: Accounting | str = "lab",
-           zero_stages=ZERO_STAGES, recompute=RECOMPUTE, micro_batch_sizes=MICRO_BATCH_SIZES,
-           virtual_stages=VIRTUAL_STAGES, execution: Execution | None = None,
-           band: float | None = None) -> SearchResult:
+def search(
+    model,
+    gpus: int,
+    seq: int,
+    global_batch: int,
+    gpus_per_node: int | None = None,
+    gpu_memory_bytes: float | None = None,
+    order: str = DEFAULT_ORDER,
+    max_cp: int = 32,
+    min_seq_per_cp_rank: int = MIN_SEQ_PER_CP_RANK,
+    uneven_stages: bool = True,
+    hardware: Hardware | str | None = None,
+    accounting: Accounting | str = "lab",
+    zero_stages=ZERO_STAGES,
+    recompute=RECOMPUTE,
+    micro_batch_sizes=MICRO_BATCH_SIZES,
+    virtual_stages=VIRTUAL_STAGES,
+    execution: Execution | None = None,
+    band: float | None = None,
+) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
     ``global_batch`` sequences; keep those that pass every constraint and fit, ranked by ``step_time`` under
     ``execution`` (default: the ``accounting`` ledger's engine, ``steptime.execution_for``); ``band`` (default: the
@@ -255,52 +281,98 @@ def search(model, gpus: int, seq: int, global_batch: int, gpus_per_node: int | N
             for pp in _divisors(gpus // (tp * cp), L):
                 dp = gpus // (tp * cp * pp)
                 lps = None if L % pp == 0 or not uneven_stages else spread_layers(L, pp)
-                eps = [e for e in _divisors(spec.num_experts, spec.num_experts) if (dp * cp) % e == 0] \
-                    if spec.is_moe else [1]
+                eps = (
+                    [e for e in _divisors(spec.num_experts, spec.num_experts) if (dp * cp) % e == 0]
+                    if spec.is_moe
+                    else [1]
+                )
                 for ep in eps:
-                    for zero in (zero_stages if dp * cp > 1 else (0,)):
+                    for zero in zero_stages if dp * cp > 1 else (0,):
                         for b in micro_batch_sizes:
-                            for v in (virtual_stages if pp > 1 else (1,)):
+                            for v in virtual_stages if pp > 1 else (1,):
                                 for rc in recompute:
                                     n += 1
-                                    settings = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "zero": zero,
-                                                "recompute": rc, "micro_batch_size": b, "virtual_stages": v}
+                                    settings = {
+                                        "tp": tp,
+                                        "cp": cp,
+                                        "pp": pp,
+                                        "dp": dp,
+                                        "ep": ep,
+                                        "zero": zero,
+                                        "recompute": rc,
+                                        "micro_batch_size": b,
+                                        "virtual_stages": v,
+                                    }
                                     if tp > gpn:
-                                        rejected.append(Rejection(settings, "tp inside a node",
-                                                                  f"tp={tp} > {gpn} GPUs per node: a TP group "
-                                                                  "would cross nodes"))
+                                        rejected.append(
+                                            Rejection(
+                                                settings,
+                                                "tp inside a node",
+                                                f"tp={tp} > {gpn} GPUs per node: a TP group would cross nodes",
+                                            )
+                                        )
                                         continue
                                     if cp > 1 and seq // cp < min_seq_per_cp_rank:
-                                        rejected.append(Rejection(
-                                            settings, "cp chunk",
-                                            f"cp={cp} leaves {seq // cp:,} tokens per CP rank, fewer than "
-                                            f"{min_seq_per_cp_rank:,}"))
+                                        rejected.append(
+                                            Rejection(
+                                                settings,
+                                                "cp chunk",
+                                                f"cp={cp} leaves {seq // cp:,} tokens per CP rank, fewer than "
+                                                f"{min_seq_per_cp_rank:,}",
+                                            )
+                                        )
                                         continue
                                     if global_batch % (dp * b):
-                                        rejected.append(Rejection(
-                                            settings, "global batch",
-                                            f"global batch {global_batch} is not divisible by dp × micro-batch "
-                                            f"size = {dp} × {b} = {dp * b}"))
+                                        rejected.append(
+                                            Rejection(
+                                                settings,
+                                                "global batch",
+                                                f"global batch {global_batch} is not divisible by dp × micro-batch "
+                                                f"size = {dp} × {b} = {dp * b}",
+                                            )
+                                        )
                                         continue
                                     try:
-                                        plan = Plan(model=spec, dims=ParallelDims(tp, cp, pp, dp, ep, order=order),
-                                                    workload=Workload(seq, b, global_batch // (dp * b)),
-                                                    hardware=hw, accounting=acc, zero=zero, recompute=rc,
-                                                    virtual_stages=v, layers_per_stage=lps)
+                                        plan = Plan(
+                                            model=spec,
+                                            dims=ParallelDims(tp, cp, pp, dp, ep, order=order),
+                                            workload=Workload(seq, b, global_batch // (dp * b)),
+                                            hardware=hw,
+                                            accounting=acc,
+                                            zero=zero,
+                                            recompute=rc,
+                                            virtual_stages=v,
+                                            layers_per_stage=lps,
+                                        )
                                     except ValueError as exc:
                                         rejected.append(Rejection(settings, "plan", str(exc)))
                                         continue
                                     report = evaluate(plan)
                                     if not report.fits:
                                         total = report.memory_bytes["total"]
-                                        rejected.append(Rejection(
-                                            settings, "memory",
-                                            f"needs {total / 1e9:,.1f} GB per GPU > {mem / 1e9:,.0f} GB"))
+                                        rejected.append(
+                                            Rejection(
+                                                settings,
+                                                "memory",
+                                                f"needs {total / 1e9:,.1f} GB per GPU > {mem / 1e9:,.0f} GB",
+                                            )
+                                        )
                                         continue
                                     ranked.append(Candidate(plan, report, step_time(report, ex), ex))
-    ranked.sort(key=lambda c: (c.step.total_s, c.report.memory_bytes["total"], c.plan.tp, c.plan.cp, c.plan.pp,
-                               c.plan.ep, c.plan.zero, RECOMPUTE.index(c.plan.recompute),
-                               c.plan.micro_batch_size, c.plan.virtual_stages))
+    ranked.sort(
+        key=lambda c: (
+            c.step.total_s,
+            c.report.memory_bytes["total"],
+            c.plan.tp,
+            c.plan.cp,
+            c.plan.pp,
+            c.plan.ep,
+            c.plan.zero,
+            RECOMPUTE.index(c.plan.recompute),
+            c.plan.micro_batch_size,
+            c.plan.virtual_stages,
+        )
+    )
     return SearchResult(spec, gpus, seq, global_batch, tuple(ranked), tuple(rejected), n, band, acc.name, ex)
 
 
@@ -309,23 +381,33 @@ def format_search(result: SearchResult, top: int = 10) -> str:
     rejections."""
     ex = result.execution
     band = fit_data()["tie_band"]
-    lines = [f"{result.model.name} on {result.gpus:,} GPUs, s = {result.seq:,}, global batch {result.global_batch:,} "
-             f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
-             f"ledger {result.accounting}; attention {ex.attention}, TP overlap {ex.tp_overlap}, DP overlap "
-             f"{'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}",
-             f"plans within {fmt_pct(result.band, 0)} of a faster plan's step time share its rank: " + (
-                 "the model's median error on the step-time ratio of two published runs of one model on one machine "
-                 f"(absolute step times: median {fmt_pct(band['absolute_median_error'], 1)} off on held-out runs)"
-                 if result.band == band["value"] else "the band given to the search"), ""]
+    lines = [
+        f"{result.model.name} on {result.gpus:,} GPUs, s = {result.seq:,}, global batch {result.global_batch:,} "
+        f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
+        f"ledger {result.accounting}; attention {ex.attention}, TP overlap {ex.tp_overlap}, DP overlap "
+        f"{'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}",
+        f"plans within {fmt_pct(result.band, 0)} of a faster plan's step time share its rank: "
+        + (
+            "the model's median error on the step-time ratio of two published runs of one model on one machine "
+            f"(absolute step times: median {fmt_pct(band['absolute_median_error'], 1)} off on held-out runs)"
+            if result.band == band["value"]
+            else "the band given to the search"
+        ),
+        "",
+    ]
     shown = list(zip(result.tied_ranks(), result.ranked, strict=True))[:top]
     width = max([len(c.label()) for _, c in shown] + [len("plan")]) + 2
     names = {"dp_exposed_s": "dp", "optimizer_s": "optim"}
-    lines.append(f"{'#':>4}  {'plan':<{width}}{'memory':>10}{'step s':>9}{'MFU':>8}  "
-                 + "  ".join(f"{names.get(t, t[:-2]):>7}" for t in TERMS))
+    lines.append(
+        f"{'#':>4}  {'plan':<{width}}{'memory':>10}{'step s':>9}{'MFU':>8}  "
+        + "  ".join(f"{names.get(t, t[:-2]):>7}" for t in TERMS)
+    )
     for rank, c in shown:
         terms = "  ".join(f"{x:7.3f}" for x in c.step.terms().values())
-        lines.append(f"{rank:>4}  {c.label():<{width}}{fmt_gb(c.report.memory_bytes['total']):>10}"
-                     f"{c.step.total_s:9.3f}{fmt_pct(c.mfu(), 1):>8}  {terms}")
+        lines.append(
+            f"{rank:>4}  {c.label():<{width}}{fmt_gb(c.report.memory_bytes['total']):>10}"
+            f"{c.step.total_s:9.3f}{fmt_pct(c.mfu(), 1):>8}  {terms}"
+        )
     lines += ["", "rejected plans, by the first constraint they fail:"]
     examples = result.rejection_examples()
     for constraint, count in result.rejections_by_constraint().items():
