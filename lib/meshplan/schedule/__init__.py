@@ -8,7 +8,8 @@ A schedule is, for each device (pipeline rank), the ordered list of the operatio
 * ``order``: each schedule's per-device order, with its source (``orders``, ``Op``);
 * ``simulation``: the event simulation and what it measures (``simulate``, ``replay`` of an explicit order,
   ``Timeline``, ``Event``, ``compare_kinds``);
-* ``formulas``: the published bubbles in closed form (``formula_bubble``), for any size;
+* ``formulas``: the published bubbles in closed form (``formula_bubble``), for any size, and the DualPipe
+  repository's comparison table (``README_TABLE``);
 * ``text``: a timeline as text (``format_timeline``);
 
     >>> t = simulate("dualpipev", 4, 8)
@@ -24,30 +25,32 @@ A schedule is, for each device (pipeline rank), the ordered list of the operatio
 
 from __future__ import annotations
 
-from .formulas import formula_bubble
+from .formulas import README_SOURCE, README_TABLE, formula_bubble
 from .inputs import KINDS, MAX_FORWARDS, NAMES, OP_KINDS, check, check_size, check_times
 from .order import Op, model_stages, orders, position
 from .simulation import Action, Event, Timeline, compare_kinds, replay, simulate
 from .text import format_timeline
 
 __all__ = [
-           "KINDS",
-           "MAX_FORWARDS",
-           "NAMES",
-           "OP_KINDS",
-           "Action",
-           "Event",
-           "Op",
-           "Timeline",
-           "check",
-           "check_size",
-           "check_times",
-           "compare_kinds",
-           "format_timeline",
-           "formula_bubble",
-           "model_stages",
-           "orders",
-           "position",
-           "replay",
-           "simulate",
+    "KINDS",
+    "MAX_FORWARDS",
+    "NAMES",
+    "OP_KINDS",
+    "README_SOURCE",
+    "README_TABLE",
+    "Action",
+    "Event",
+    "Op",
+    "Timeline",
+    "check",
+    "check_size",
+    "check_times",
+    "compare_kinds",
+    "format_timeline",
+    "formula_bubble",
+    "model_stages",
+    "orders",
+    "position",
+    "replay",
+    "simulate",
 ]

@@ -15,6 +15,9 @@ one micro-batch through one stage (1/p of the layers) and 1F1B's full backward b
 
 Where a closed form would go negative (W longer than the rest), it is 0: idle time cannot be negative.
 
+``README_TABLE`` is the comparison table of the DualPipe repository (the DeepSeek-V3 report's Table 2 plus a
+DualPipeV row), as printed, with its source ``README_SOURCE``.
+
     >>> formula_bubble("interleaved", 8, 32, 4)
     0.0546875
     >>> from meshplan.schedule import simulate
@@ -28,7 +31,22 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from .inputs import check, check_times, count
+from .inputs import Time, check, check_times, count
+
+README_SOURCE = (
+    "deepseek-ai/DualPipe README.md#L24-L36 at commit 3da1bbea53606543d7f5f232338fc58096db30e3, 'Pipeline Bubbles "
+    "and Memory Usage Comparison (based on the same number of PP stages)': PP is the number of pipeline stages "
+    "(even); F a forward chunk, B a full backward chunk, W a backward-for-weights chunk, F&B two mutually "
+    "overlapped chunks"
+)
+# As printed (ASCII for the symbols): schedule → bubble, parameters per device, activations per device, devices.
+# The first three rows are the DeepSeek-V3 report's Table 2 (published.json, deepseek_v3_dualpipe_table2).
+README_TABLE: dict[str, dict[str, str]] = {
+    "1F1B": {"bubble": "(PP-1)(F+B)", "parameters": "1x", "activations": "PP", "devices": "PP"},
+    "ZB1P": {"bubble": "(PP-1)(F+B-2W)", "parameters": "1x", "activations": "PP", "devices": "PP"},
+    "DualPipe": {"bubble": "(PP/2-1)(F&B+B-3W)", "parameters": "2x", "activations": "PP+1", "devices": "PP"},
+    "DualPipeV": {"bubble": "(PP/2-1)(F&B+B-3W)", "parameters": "2x", "activations": "PP+1", "devices": "PP/2"},
+}
 
 
 def _float(x: Fraction, what: str) -> float:
@@ -38,8 +56,9 @@ def _float(x: Fraction, what: str) -> float:
         raise ValueError(f"the bubble {what} = {count(int(x))} is too large for a float") from None
 
 
-def formula_bubble(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1,
-                   f: float = 1, b: float = 1, w: float = 1) -> float:
+def formula_bubble(
+    kind: str, pp: int, micro_batches: int, virtual_stages: int = 1, f: Time = 1, b: Time = 1, w: Time = 1
+) -> float:
     """The published bubble over the ideal compute m(f + b + w) (see the module docstring for each).
 
     ValueError, naming the factor, for sizes the schedule cannot run and for times that are negative, not
@@ -54,8 +73,9 @@ def formula_bubble(kind: str, pp: int, micro_batches: int, virtual_stages: int =
     if kind == "interleaved":
         return _float(Fraction(p - 1, m * v), "(p−1)/(m·v)")
     if kind == "zb-h2" and m < 2 * p - 1:
-        raise ValueError(f"micro_batches={count(m)} is fewer than 2 × pp − 1 = {count(2 * p - 1)}, which "
-                         "ZB-H2's formula assumes")
+        raise ValueError(
+            f"micro_batches={count(m)} is fewer than 2 × pp − 1 = {count(2 * p - 1)}, which ZB-H2's formula assumes"
+        )
     idle = {
         "zb-h1": (p - 1) * (tf + tb - tw),
         "zb-h2": (p - 1) * (tf + tb - 2 * tw),
@@ -63,4 +83,3 @@ def formula_bubble(kind: str, pp: int, micro_batches: int, virtual_stages: int =
         "dualpipev": (p - 1) * ((tf + tb + tw) + (tb + tw) - 3 * tw) / 2,
     }[kind]
     return _float(max(Fraction(0), idle) / ideal, "idle/ideal")
-

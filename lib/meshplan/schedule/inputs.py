@@ -22,9 +22,17 @@ import sys
 from fractions import Fraction
 
 KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe", "dualpipev")
-NAMES = {"gpipe": "GPipe", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "zb-h1": "ZB-H1",
-         "zb-h2": "ZB-H2", "dualpipe": "DualPipe", "dualpipev": "DualPipeV"}
+NAMES = {
+    "gpipe": "GPipe",
+    "1f1b": "1F1B",
+    "interleaved": "interleaved 1F1B",
+    "zb-h1": "ZB-H1",
+    "zb-h2": "ZB-H2",
+    "dualpipe": "DualPipe",
+    "dualpipev": "DualPipeV",
+}
 OP_KINDS = ("F", "B", "W", "BW", "F&B")
+Time = float | Fraction  # an operation's time in any unit; a Fraction (or an int) stays exact
 
 # The largest p × m × (chunks a micro-batch passes per device) that ``simulate`` accepts: the forward chunk
 # computations on the timeline (each comes with one or two backward operations, so 1.4 to 3 times as many
@@ -39,7 +47,7 @@ def count(n: int) -> str:
     """An integer for a message: with thousands separators, or its order of magnitude when huge."""
     if abs(n) < 10**15:
         return f"{n:,}"
-    e = math.floor((abs(n).bit_length() - 1) * math.log10(2))     # 10^e <= |n| < 10^(e + 2)
+    e = math.floor((abs(n).bit_length() - 1) * math.log10(2))  # 10^e <= |n| < 10^(e + 2)
     e += abs(n) >= 10 ** (e + 1)
     return f"{'-' if n < 0 else ''}about 10^{e}"
 
@@ -79,8 +87,7 @@ def check(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1) -> No
             raise ValueError(f"micro_batches={m} is odd; DualPipe feeds half from each end")
     if kind in ("dualpipe", "dualpipev") and micro_batches < 2 * pp:
         source = " (DualPipeV.step asserts num_chunks >= num_ranks * 2)" if kind == "dualpipev" else ""
-        raise ValueError(f"micro_batches={m} is fewer than 2 × pp = {count(2 * pp)}, which {NAMES[kind]} "
-                         f"needs{source}")
+        raise ValueError(f"micro_batches={m} is fewer than 2 × pp = {count(2 * pp)}, which {NAMES[kind]} needs{source}")
 
 
 def check_size(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1) -> None:
@@ -88,12 +95,15 @@ def check_size(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1) 
     computations (p × m × ``path_chunks``); ``formula_bubble`` still answers for any size."""
     n = pp * micro_batches * path_chunks(kind, virtual_stages)
     if n > MAX_FORWARDS:
-        what = "pp × micro_batches" + (" × virtual_stages" if kind == "interleaved" else
-                                       " × 2 chunks" if kind == "dualpipev" else "")
-        raise ValueError(f"{what} = {count(n)} is more than the {MAX_FORWARDS:,} forward passes the simulator "
-                         f"accepts (they take {MAX_FORWARDS_NOTE}); formula_bubble gives the closed form for any size "
-                         f"(pp={count(pp)}, micro_batches={count(micro_batches)}, "
-                         f"virtual_stages={count(virtual_stages)})")
+        what = "pp × micro_batches" + (
+            " × virtual_stages" if kind == "interleaved" else " × 2 chunks" if kind == "dualpipev" else ""
+        )
+        raise ValueError(
+            f"{what} = {count(n)} is more than the {MAX_FORWARDS:,} forward passes the simulator "
+            f"accepts (they take {MAX_FORWARDS_NOTE}); formula_bubble gives the closed form for any size "
+            f"(pp={count(pp)}, micro_batches={count(micro_batches)}, "
+            f"virtual_stages={count(virtual_stages)})"
+        )
 
 
 def _time(name: str, x) -> Fraction:
@@ -109,7 +119,7 @@ def _time(name: str, x) -> Fraction:
     return t
 
 
-def check_times(f: float = 1, b: float = 1, w: float = 1) -> tuple[Fraction, Fraction, Fraction]:
+def check_times(f: Time = 1, b: Time = 1, w: Time = 1) -> tuple[Fraction, Fraction, Fraction]:
     """The times as exact fractions; ValueError if one is negative, not finite or not a number, or if all
     three are zero (the ideal compute m(f + b + w) would be 0 and every bubble a division by zero)."""
     tf, tb, tw = _time("f", f), _time("b", b), _time("w", w)
@@ -129,6 +139,8 @@ def check_total(f: Fraction, b: Fraction, w: Fraction, devices: int, micro_batch
     """ValueError if the step's total compute, devices × m × (f + b + w), passes the largest float: every
     time a simulated timeline reports (makespan, idle, ideal) is at most that."""
     if devices * micro_batches * (f + b + w) > Fraction(sys.float_info.max):
-        raise ValueError(f"f={_show(f)}, b={_show(b)}, w={_show(w)}: the step's total compute p·m·(f + b + w) "
-                         f"with pp={count(devices)}, micro_batches={count(micro_batches)} passes the largest "
-                         f"float ({sys.float_info.max:.3g}); give the times in a larger unit")
+        raise ValueError(
+            f"f={_show(f)}, b={_show(b)}, w={_show(w)}: the step's total compute p·m·(f + b + w) "
+            f"with pp={count(devices)}, micro_batches={count(micro_batches)} passes the largest "
+            f"float ({sys.float_info.max:.3g}); give the times in a larger unit"
+        )

@@ -154,8 +154,7 @@ def _zb_h2(p: int, m: int) -> list[list[Op]]:
     while active:
         for s in active:
             j = nb[s]
-            if (j < nf[s] and f_end[s][j] <= t
-                    and (s == p - 1 or (j < nb[s + 1] and b_end[s + 1][j] <= t))):
+            if j < nf[s] and f_end[s][j] <= t and (s == p - 1 or (j < nb[s + 1] and b_end[s + 1][j] <= t)):
                 orders[s].append(Op("B", j))
                 b_end[s].append(t + 1)
                 nb[s] = j + 1
@@ -173,8 +172,9 @@ def _zb_h2(p: int, m: int) -> list[list[Op]]:
     return orders
 
 
-def _dual_device(ranks: int, r: int, chunks: int, chunk_of: Callable[[int], int],
-                 micro_batch: Callable[[int, int], int]) -> list[Op]:
+def _dual_device(
+    ranks: int, r: int, chunks: int, chunk_of: Callable[[int], int], micro_batch: Callable[[int, int], int]
+) -> list[Op]:
     """Steps 1–8 of ``DualPipe.step`` (with ``ranks`` = num_half_ranks, ``r`` = half_rank, ``chunks`` =
     half_num_chunks) and of ``DualPipeV.step`` (num_ranks, rank, num_chunks) on one device. A phase is
     the repository's: phase 0 the direction whose first stage sits at this device's end of the pipeline.
@@ -184,7 +184,7 @@ def _dual_device(ranks: int, r: int, chunks: int, chunk_of: Callable[[int], int]
     nf, nb = [0, 0], [0, 0]
     wq: deque[tuple[int, int]] = deque()
     ops: list[Op] = []
-    turn = r == ranks - 1            # DualPipe's middle rank, DualPipeV's last rank
+    turn = r == ranks - 1  # DualPipe's middle rank, DualPipeV's last rank
 
     def f(phase: int) -> None:
         c = chunk_of(phase)
@@ -207,37 +207,37 @@ def _dual_device(ranks: int, r: int, chunks: int, chunk_of: Callable[[int], int]
         nf[c0] += 1
         nb[c1] += 1
 
-    for _ in range((ranks - r - 1) * 2):                       # step 1: nF0
+    for _ in range((ranks - r - 1) * 2):  # step 1: nF0
         f(0)
-    for _ in range(r + 1):                                     # step 2: nF0F1
+    for _ in range(r + 1):  # step 2: nF0F1
         f(0)
         f(1)
-    for _ in range(ranks - r - 1):                             # step 3: nB1W1F1 (zero bubble)
+    for _ in range(ranks - r - 1):  # step 3: nB1W1F1 (zero bubble)
         b(1, zb=True)
         w()
         f(1)
-    for i in range(chunks - 2 * ranks + r + 1):                # step 4: nF0B1F1B0
-        if i == 0 and turn:                                    # "We don't overlap these two chunks"
+    for i in range(chunks - 2 * ranks + r + 1):  # step 4: nF0B1F1B0
+        if i == 0 and turn:  # "We don't overlap these two chunks"
             f(0)
             b(1)
         else:
             fb(0, 1)
         fb(1, 0)
-    for _ in range(ranks - r - 1):                             # step 5: nB1F1B0
+    for _ in range(ranks - r - 1):  # step 5: nB1F1B0
         b(1)
         fb(1, 0)
     zb = False
-    for i in range(r + 1):                                     # step 6: nB1B0, second half zero bubble
+    for i in range(r + 1):  # step 6: nB1B0, second half zero bubble
         if i == (r + 1) // 2 and r % 2 == 1:
             zb = True
         b(1, zb)
         if i == (r + 1) // 2 and r % 2 == 0:
             zb = True
         b(0, zb)
-    for _ in range(ranks - r - 1):                             # step 7: nWB0 (zero bubble)
+    for _ in range(ranks - r - 1):  # step 7: nWB0 (zero bubble)
         w()
         b(0, zb=True)
-    for _ in range(r + 1):                                     # step 8: nW
+    for _ in range(r + 1):  # step 8: nW
         w()
     return ops
 
@@ -251,8 +251,10 @@ def _dualpipe(p: int, m: int) -> list[list[Op]]:
     def chunk_of(second_half: int) -> Callable[[int], int]:
         return lambda phase: phase ^ second_half
 
-    return [_dual_device(half_p, min(i, p - 1 - i), half_m, chunk_of(int(i >= half_p)), lambda c, k: k + c * half_m)
-            for i in range(p)]
+    return [
+        _dual_device(half_p, min(i, p - 1 - i), half_m, chunk_of(int(i >= half_p)), lambda c, k: k + c * half_m)
+        for i in range(p)
+    ]
 
 
 def _dualpipev(p: int, m: int) -> list[list[Op]]:

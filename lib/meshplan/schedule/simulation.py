@@ -53,7 +53,7 @@ from fractions import Fraction
 from functools import cached_property
 from typing import NamedTuple
 
-from .inputs import OP_KINDS, check, check_size, check_times, check_total, path_chunks
+from .inputs import OP_KINDS, Time, check, check_size, check_times, check_total, path_chunks
 from .order import Op, model_stages, orders, position
 
 
@@ -74,8 +74,10 @@ class Event(NamedTuple):
     @property
     def label(self) -> str:
         """Short text: ``F3``, ``BW0``, ``F1.2`` (micro-batch 1, chunk 2), ``F2|BW5`` for F&B."""
+
         def one(kind, mb, chunk):
             return f"{kind}{mb}" + (f".{chunk}" if chunk else "")
+
         if self.kind == "F&B":
             return f"{one('F', self.micro_batch, self.chunk)}|{one('BW', self.bw_micro_batch, self.bw_chunk)}"
         return one(self.kind, self.micro_batch, self.chunk)
@@ -92,8 +94,19 @@ class _Trace(NamedTuple):
 
     def device_events(self, d: int) -> tuple[Event, ...]:
         dur, scale = self.durations, self.scale
-        return tuple(Event(d, op.kind, op.micro_batch, op.chunk, s / scale, (s + dur[op.kind]) / scale,
-                           op.bw_micro_batch, op.bw_chunk) for op, s in zip(self.orders[d], self.starts[d]))
+        return tuple(
+            Event(
+                d,
+                op.kind,
+                op.micro_batch,
+                op.chunk,
+                s / scale,
+                (s + dur[op.kind]) / scale,
+                op.bw_micro_batch,
+                op.bw_chunk,
+            )
+            for op, s in zip(self.orders[d], self.starts[d])
+        )
 
 
 @dataclass(frozen=True)
@@ -167,12 +180,19 @@ class Timeline:
     def to_dict(self) -> dict:
         """The ``schedule --json`` contract, then the extra measurements."""
         return {
-            "kind": self.kind, "pp": self.pp, "micro_batches": self.micro_batches,
-            "virtual_stages": self.virtual_stages, "bubble": self.bubble, "makespan": self.makespan,
+            "kind": self.kind,
+            "pp": self.pp,
+            "micro_batches": self.micro_batches,
+            "virtual_stages": self.virtual_stages,
+            "bubble": self.bubble,
+            "makespan": self.makespan,
             "peak_activations": list(self.peak_activations),
-            "bubble_share_of_time": self.bubble_share, "sync_bubble": self.sync_bubble,
-            "idle_per_stage": list(self.idle), "chunks_per_device": self.chunks_per_device,
-            "parameter_copies": self.parameter_copies, "model_stages": self.model_stages,
+            "bubble_share_of_time": self.bubble_share,
+            "sync_bubble": self.sync_bubble,
+            "idle_per_stage": list(self.idle),
+            "chunks_per_device": self.chunks_per_device,
+            "parameter_copies": self.parameter_copies,
+            "model_stages": self.model_stages,
             "times": {"f": self.f, "b": self.b, "w": self.w},
         }
 
@@ -180,8 +200,13 @@ class Timeline:
 # ---------------------------------------------------------------------------------------------- engine
 
 
-def _run(dev_orders: Sequence[Sequence[Op]], positions: Sequence[Sequence[int]], n_stages: int, n_mb: int,
-         dur: Mapping[str, int]) -> list[list[int]]:
+def _run(
+    dev_orders: Sequence[Sequence[Op]],
+    positions: Sequence[Sequence[int]],
+    n_stages: int,
+    n_mb: int,
+    dur: Mapping[str, int],
+) -> list[list[int]]:
     """Start time of every operation, per device in its order; a device's list stops short where the orders
     deadlock. Slot mb·S + k holds the end of F of micro-batch mb at position k and slot N + mb·S + k the end
     of its backward for inputs (B or BW), −1 until they run; a device that finds a slot empty waits on it
@@ -206,9 +231,9 @@ def _run(dev_orders: Sequence[Sequence[Op]], positions: Sequence[Sequence[int]],
                 needs, fills = ((key - 1,) if k else ()), (key,)
             if kind == "W":
                 needs = (N + mb * S + pos[chunk],)
-            elif kind != "F":                                    # B, BW, or the backward half of F&B
+            elif kind != "F":  # B, BW, or the backward half of F&B
                 if kind == "F&B":
-                    mb, chunk = bw_mb, bw_chunk                    # type: ignore[assignment]  # set for F&B
+                    mb, chunk = bw_mb, bw_chunk  # type: ignore[assignment]  # set for F&B
                 k = pos[chunk]
                 key = mb * S + k
                 needs += (key, N + key + 1) if k < last else (key,)
@@ -236,11 +261,20 @@ def _run(dev_orders: Sequence[Sequence[Op]], positions: Sequence[Sequence[int]],
     return starts
 
 
-def _measure(kind: str, p: int, m: int, v: int, times: tuple[Fraction, Fraction, Fraction], c: int,
-             dev_orders: Sequence[Sequence[Op]], positions: Sequence[Sequence[int]], n_stages: int) -> Timeline:
+def _measure(
+    kind: str,
+    p: int,
+    m: int,
+    v: int,
+    times: tuple[Fraction, Fraction, Fraction],
+    c: int,
+    dev_orders: Sequence[Sequence[Op]],
+    positions: Sequence[Sequence[int]],
+    n_stages: int,
+) -> Timeline:
     """Simulate ``dev_orders`` with operation times f/c, b/c, w/c and measure the timeline."""
     tf, tb, tw = (t / c for t in times)
-    scale = math.lcm(tf.denominator, tb.denominator, tw.denominator)   # times in integer units of 1/scale
+    scale = math.lcm(tf.denominator, tb.denominator, tw.denominator)  # times in integer units of 1/scale
     fi, bi, wi = (int(t * scale) for t in (tf, tb, tw))
     dur = {"F": fi, "B": bi, "W": wi, "BW": bi + wi, "F&B": fi + bi + wi}
     starts = _run(dev_orders, positions, n_stages, m, dur)
@@ -267,18 +301,31 @@ def _measure(kind: str, p: int, m: int, v: int, times: tuple[Fraction, Fraction,
     idle = [end - st[0] - ideal if st else 0 for end, st in zip(ends, starts)]
     worst = max(idle)
     return Timeline(
-        kind=kind, pp=p, micro_batches=m, virtual_stages=v, f=float(times[0]), b=float(times[1]),
-        w=float(times[2]), makespan=makespan / scale, ideal=ideal / scale, idle=tuple(x / scale for x in idle),
-        bubble=worst / ideal, sync_bubble=(makespan - ideal) / ideal, bubble_share=worst / (ideal + worst),
-        peak_activations=tuple(peaks), model_stages=n_stages, trace=_Trace(dev_orders, starts, dur, scale),
+        kind=kind,
+        pp=p,
+        micro_batches=m,
+        virtual_stages=v,
+        f=float(times[0]),
+        b=float(times[1]),
+        w=float(times[2]),
+        makespan=makespan / scale,
+        ideal=ideal / scale,
+        idle=tuple(x / scale for x in idle),
+        bubble=worst / ideal,
+        sync_bubble=(makespan - ideal) / ideal,
+        bubble_share=worst / (ideal + worst),
+        peak_activations=tuple(peaks),
+        model_stages=n_stages,
+        trace=_Trace(dev_orders, starts, dur, scale),
     )
 
 
 # ---------------------------------------------------------------------------------------------- entry points
 
 
-def simulate(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1,
-             f: float = 1, b: float = 1, w: float = 1) -> Timeline:
+def simulate(
+    kind: str, pp: int, micro_batches: int, virtual_stages: int = 1, f: Time = 1, b: Time = 1, w: Time = 1
+) -> Timeline:
     """Simulate one step of ``kind`` on ``pp`` devices with ``micro_batches`` micro-batches.
 
     ``f``, ``b``, ``w``: times of one micro-batch through one stage (1/p of the layers) for the forward,
@@ -294,8 +341,9 @@ def simulate(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1,
     dev_orders = orders(kind, pp, micro_batches, virtual_stages)
     c = path_chunks(kind, virtual_stages)
     positions = [[position(kind, pp, d, chunk) for chunk in range(max(c, 2))] for d in range(pp)]
-    return _measure(kind, pp, micro_batches, virtual_stages, times, c, dev_orders, positions,
-                    model_stages(kind, pp, virtual_stages))
+    return _measure(
+        kind, pp, micro_batches, virtual_stages, times, c, dev_orders, positions, model_stages(kind, pp, virtual_stages)
+    )
 
 
 class Action(NamedTuple):
@@ -310,8 +358,12 @@ class Action(NamedTuple):
     bw_micro_batch: int | None = None
 
 
-def replay(order: Mapping[int, Sequence[Action | tuple]] | Sequence[Sequence[Action | tuple]],
-           f: float = 1, b: float = 1, w: float = 1) -> Timeline:
+def replay(
+    order: Mapping[int, Sequence[Action | tuple]] | Sequence[Sequence[Action | tuple]],
+    f: Time = 1,
+    b: Time = 1,
+    w: Time = 1,
+) -> Timeline:
     """Simulate an explicit order: ``order[d]`` lists device d's ``Action`` s (or plain tuples
     ``(kind, stage, micro_batch[, bw_stage, bw_micro_batch])``) in the order it runs them; devices are
     0 … p−1. Each operation takes f, b, w as given (one micro-batch through one of the listed stages), BW
@@ -331,8 +383,8 @@ def replay(order: Mapping[int, Sequence[Action | tuple]] | Sequence[Sequence[Act
             raise ValueError(f"device {d}: {a} needs non-negative integer stages and micro-batches")
         return x
 
-    stages: list[list[int]] = []          # per action: stage (and the overlapped backward's stage)
-    dev_ops: list[list[tuple[str, int, int | None]]] = []   # (kind, micro-batch, backward's micro-batch)
+    stages: list[list[int]] = []  # per action: stage (and the overlapped backward's stage)
+    dev_ops: list[list[tuple[str, int, int | None]]] = []  # (kind, micro-batch, backward's micro-batch)
     for d, row in enumerate(seq):
         stages.append([])
         dev_ops.append([])
@@ -344,8 +396,9 @@ def replay(order: Mapping[int, Sequence[Action | tuple]] | Sequence[Sequence[Act
                 raise ValueError(f"device {d}: kind={act.kind!r} must be one of {', '.join(OP_KINDS)}")
             both = act.kind == "F&B"
             stages[-1] += [index(d, a, act.stage)] + ([index(d, a, act.bw_stage)] if both else [])
-            dev_ops[-1].append((act.kind, index(d, a, act.micro_batch),
-                                index(d, a, act.bw_micro_batch) if both else None))
+            dev_ops[-1].append(
+                (act.kind, index(d, a, act.micro_batch), index(d, a, act.bw_micro_batch) if both else None)
+            )
     n_stages = max(s for row in stages for s in row) + 1
     m = max(max(mb, bw or 0) for row in dev_ops for _, mb, bw in row) + 1
     p = len(seq)
@@ -358,16 +411,15 @@ def replay(order: Mapping[int, Sequence[Action | tuple]] | Sequence[Sequence[Act
         chunk = {s: i for i, s in enumerate(mine)}
         positions.append(mine)
         it = iter(row_stages)
-        dev_orders.append([Op(kind, mb, chunk[next(it)], bw, chunk[next(it)] if kind == "F&B" else None)
-                           for kind, mb, bw in row])
+        dev_orders.append(
+            [Op(kind, mb, chunk[next(it)], bw, chunk[next(it)] if kind == "F&B" else None) for kind, mb, bw in row]
+        )
     v = n_stages // p if n_stages % p == 0 else 1
     return _measure("replay", p, m, v, times, 1, dev_orders, positions, n_stages)
 
 
-def compare_kinds(kinds: Sequence[str], pp: int, micro_batches: int, virtual_stages: int = 1,
-                  f: float = 1, b: float = 1, w: float = 1) -> dict[str, Timeline]:
+def compare_kinds(
+    kinds: Sequence[str], pp: int, micro_batches: int, virtual_stages: int = 1, f: Time = 1, b: Time = 1, w: Time = 1
+) -> dict[str, Timeline]:
     """``simulate`` for several kinds at once (v applies to the interleaved schedule only)."""
     return {k: simulate(k, pp, micro_batches, virtual_stages if k == "interleaved" else 1, f, b, w) for k in kinds}
-
-
-

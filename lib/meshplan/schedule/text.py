@@ -1,8 +1,8 @@
 """A simulated step as text: two header lines, then one row per device.
 
-    >>> from meshplan.schedule import simulate
-    >>> print(format_timeline(simulate("1f1b", 2, 2)).splitlines()[-1])
-    stage  1 | ... F0  BW0 === F1  BW1 === ... ...
+>>> from meshplan.schedule import simulate
+>>> print(format_timeline(simulate("1f1b", 2, 2)).splitlines()[-1])
+stage  1 | ... F0  BW0 === F1  BW1 === ... ...
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def _grid(t: Timeline, max_cells: int) -> tuple[int, int] | None:
     tr = t.trace
     durations = [d for d in tr.durations.values() if d]
     end = max((st[-1] + tr.durations[ops[-1].kind] for ops, st in zip(tr.orders, tr.starts) if st), default=0)
-    if not durations or end > max_cells * max(durations):      # cells >= end / longest: cannot fit
+    if not durations or end > max_cells * max(durations):  # cells >= end / longest: cannot fit
         return None
     unit = math.gcd(*durations, *(s for st in tr.starts for s in st))
     return (unit, end // unit) if end // unit <= max_cells else None
@@ -31,11 +31,15 @@ def format_timeline(t: Timeline, max_cells: int = 240) -> str:
     slots of a common unit and the step fits in ``max_cells`` slots, each slot is a cell (``.`` idle, an
     operation's label in its first slot, ``=`` in the rest); otherwise each row lists ``label@start``."""
     head = [
-        (f"{NAMES.get(t.kind, t.kind)}: p = {t.pp}, m = {t.micro_batches}, v = {t.virtual_stages}, "
-         f"chunks per device = {t.chunks_per_device}; "
-         f"F = {t.f:g}, B = {t.b:g}, W = {t.w:g} (communication takes no time)"),
-        (f"bubble {100 * t.bubble:.1f} % of ideal compute ({100 * t.bubble_share:.1f} % of the step); "
-         f"makespan {t.makespan:g}; peak activations per stage: {' '.join(map(str, t.peak_activations))}"),
+        (
+            f"{NAMES.get(t.kind, t.kind)}: p = {t.pp}, m = {t.micro_batches}, v = {t.virtual_stages}, "
+            f"chunks per device = {t.chunks_per_device}; "
+            f"F = {t.f:g}, B = {t.b:g}, W = {t.w:g} (communication takes no time)"
+        ),
+        (
+            f"bubble {100 * t.bubble:.1f} % of ideal compute ({100 * t.bubble_share:.1f} % of the step); "
+            f"makespan {t.makespan:g}; peak activations per stage: {' '.join(map(str, t.peak_activations))}"
+        ),
     ]
     grid = _grid(t, max_cells)
     rows = []
