@@ -103,6 +103,25 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if not isinstance(name_or_path, (str, Path)):
         raise ValueError(f"model must be a name, a path or a ModelSpec, got {show(name_or_path)}")
     path = _resolve(str(name_or_path))
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise ValueError(f"cannot read model config {str(path)!r}: {exc.strerror or exc}") from None
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    cached = _CACHE.get(key)
+    if cached is None:
+        cached = _load(path)
+        if len(_CACHE) > 256:
+            _CACHE.clear()
+        _CACHE[key] = cached
+    return cached
+
+
+# ModelSpec is frozen: a config read once (same file, same modification time and size) is shared
+_CACHE: dict[tuple[str, int, int], ModelSpec] = {}
+
+
+def _load(path: Path) -> ModelSpec:
     where = repr(str(path))
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:

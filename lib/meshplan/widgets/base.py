@@ -387,9 +387,14 @@ class StaticWidget:
 
     def to_html(self) -> str:
         """The self-contained static widget: controls, body, the library's table as JSON and the runtime."""
-        data = json.dumps(
-            self.payload(), sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False
-        ).replace("</", "<\\/")
+        # ensure_ascii=False: × ≤ ÷ and the like stay one character (escaped they cost six bytes each); the page is
+        # UTF-8. "</" is escaped so that no string can close the script element, nor can U+2028/U+2029 end a line.
+        data = (
+            json.dumps(self.payload(), sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            .replace("</", "<\\/")
+            .replace("\u2028", "\\u2028")
+            .replace("\u2029", "\\u2029")
+        )
         script = core_js() + "\n" + kind_js(self.kind, self.script) + f'\nwindow.__meshplan.mount("{self.dom_id}");'
         return (
             f'<div class="mp-widget mp-{self.kind}" id="{self.dom_id}" data-kind="{self.kind}">'
