@@ -25,9 +25,17 @@ DSV3 = load_model("deepseek-v3")
 
 def _recipe_plan(expert_tp):
     r = published.value("megatron_bridge_deepseek_v3_recipe")
-    return Plan.create("deepseek-v3", gpus=r["gpus"], tp=r["tp"], pp=r["pp"], ep=r["ep"], zero=1,
-                       recompute="full", expert_tp=expert_tp,
-                       layers_per_stage=spread_layers(DSV3.num_layers, r["pp"]))
+    return Plan.create(
+        "deepseek-v3",
+        gpus=r["gpus"],
+        tp=r["tp"],
+        pp=r["pp"],
+        ep=r["ep"],
+        zero=1,
+        recompute="full",
+        expert_tp=expert_tp,
+        layers_per_stage=spread_layers(DSV3.num_layers, r["pp"]),
+    )
 
 
 def test_recipe_needs_expert_tp_1_on_1024_gpus():
@@ -45,13 +53,22 @@ def test_expert_states_are_split_over_expert_tp_times_ep():
     moe_layer, dense_layer = max(DSV3.layer_params), min(DSV3.layer_params)
     experts_per_layer = max(DSV3.layer_expert_params)
     outside = (DSV3.params.total - sum(DSV3.layer_params)) / 16
-    stage0 = (3 * dense_layer + outside) / 2                       # dense: split over TP 2 only
+    stage0 = (3 * dense_layer + outside) / 2  # dense: split over TP 2 only
     for etp in (1, 2):
         moe_stage = (4 * (moe_layer - experts_per_layer) + outside) / 2 + 4 * experts_per_layer / (etp * 64)
-        plan = Plan.create("deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, expert_tp=etp, recompute="full",
-                           micro_batches=1, layers_per_stage=spread_layers(DSV3.num_layers, 16))
+        plan = Plan.create(
+            "deepseek-v3",
+            gpus=2048,
+            tp=2,
+            pp=16,
+            ep=64,
+            expert_tp=etp,
+            recompute="full",
+            micro_batches=1,
+            layers_per_stage=spread_layers(DSV3.num_layers, 16),
+        )
         assert plan.expert_dp == 2048 // 16 // (etp * 64)
-        per_layer = 2 * 4096 * DSV3.hidden_size / 2                # full recompute, SP over TP 2: 2sbh/t
+        per_layer = 2 * 4096 * DSV3.hidden_size / 2  # full recompute, SP over TP 2: 2sbh/t
         mem0, mem_moe = 16 * stage0 + 3 * per_layer, 16 * moe_stage + 4 * per_layer
         r = evaluate(plan)
         assert r.memory_bytes["total"] == pytest.approx(max(mem0, mem_moe), rel=1e-12)
@@ -78,10 +95,18 @@ def _numpy_ep_groups(tp, cp, pp, dp, ep, etp, order):
 
 
 @pytest.mark.parametrize("order", ["tp-cp-pp-dp", "tp-cp-ep-dp-pp", "dp-pp-cp-tp"])
-@pytest.mark.parametrize("tp,cp,pp,dp,ep,etp", [
-    (2, 1, 2, 4, 8, 1), (4, 1, 1, 2, 4, 2), (4, 2, 2, 2, 8, 1), (2, 2, 1, 2, 2, 1), (8, 1, 1, 1, 8, 1),
-    (2, 1, 1, 4, 4, 2), (4, 1, 2, 4, 2, 4),
-])
+@pytest.mark.parametrize(
+    "tp,cp,pp,dp,ep,etp",
+    [
+        (2, 1, 2, 4, 8, 1),
+        (4, 1, 1, 2, 4, 2),
+        (4, 2, 2, 2, 8, 1),
+        (2, 2, 1, 2, 2, 1),
+        (8, 1, 1, 1, 8, 1),
+        (2, 1, 1, 4, 4, 2),
+        (4, 1, 2, 4, 2, 4),
+    ],
+)
 def test_ep_groups_match_an_independent_construction(order, tp, cp, pp, dp, ep, etp):
     mesh = Mesh({"tp": tp, "cp": cp, "pp": pp, "dp": dp}, order, gpus_per_node=4, ep=ep, etp=etp)
     groups = mesh.groups("ep")
@@ -90,36 +115,58 @@ def test_ep_groups_match_an_independent_construction(order, tp, cp, pp, dp, ep, 
     for r in range(mesh.world_size):
         g = mesh.group(r, "ep")
         assert r in g and len(g) == ep and g in groups
-        assert len({mesh.coords(x)["pp"] for x in g}) == 1        # experts never cross pipeline stages
+        assert len({mesh.coords(x)["pp"] for x in g}) == 1  # experts never cross pipeline stages
     brute = "infiniband" if any(len({x // 4 for x in g}) > 1 for g in groups) else "nvlink"
     assert mesh.link("ep") == brute
 
 
 def test_expert_tp_errors_name_the_factor():
     with pytest.raises(ValueError, match=r"^expert_tp=3 does not divide tp=2$"):
-        Plan.create("deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, expert_tp=3,
-                    layers_per_stage=spread_layers(61, 16))
+        Plan.create("deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, expert_tp=3, layers_per_stage=spread_layers(61, 16))
     with pytest.raises(ValueError, match=r"^ep×expert_tp = 64×1 = 64 does not divide tp×cp×dp = 2×1×16 = 32$"):
         Plan.create("deepseek-v3", gpus=512, tp=2, pp=16, ep=64, expert_tp=1, layers_per_stage=spread_layers(61, 16))
 
 
 def test_cli_and_export_carry_expert_tp():
-    args = ["--model", "deepseek-v3", "--gpus", "1024", "--tp", "2", "--pp", "16", "--ep", "64", "--expert-tp", "1",
-            "--uneven-stages", "--zero", "1", "--recompute", "full"]
-    out = subprocess.run([sys.executable, "-m", "meshplan", "plan", *args, "--json"], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
+    args = [
+        "--model",
+        "deepseek-v3",
+        "--gpus",
+        "1024",
+        "--tp",
+        "2",
+        "--pp",
+        "16",
+        "--ep",
+        "64",
+        "--expert-tp",
+        "1",
+        "--uneven-stages",
+        "--zero",
+        "1",
+        "--recompute",
+        "full",
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "meshplan", "plan", *args, "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     report = json.loads(out.stdout)
     assert report["mesh"] == {"tp": 2, "cp": 1, "ep": 64, "dp": 32, "pp": 16}
     assert report["settings"]["expert_tp"] == 1 and report["link"]["ep"] == "infiniband"
     i = args.index("--expert-tp")
-    without = args[:i] + args[i + 2:]
-    bad = subprocess.run([sys.executable, "-m", "meshplan", "plan", *without], cwd=ROOT, capture_output=True,
-                         text=True)
+    without = args[:i] + args[i + 2 :]
+    bad = subprocess.run([sys.executable, "-m", "meshplan", "plan", *without], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["meshplan: error: ep=64 does not divide dp×cp = 32×1 = 32"]
-    layout = (3,) + (4,) * 14 + (2,)   # Megatron's flags set the first and last stage only
-    flags = dict(megatron(Plan.create("deepseek-v3", gpus=1024, tp=2, pp=16, ep=64, expert_tp=1,
-                                      layers_per_stage=layout)).flags)
+    layout = (3,) + (4,) * 14 + (2,)  # Megatron's flags set the first and last stage only
+    flags = dict(
+        megatron(Plan.create("deepseek-v3", gpus=1024, tp=2, pp=16, ep=64, expert_tp=1, layers_per_stage=layout)).flags
+    )
     assert flags["--expert-model-parallel-size"] == "64" and flags["--expert-tensor-parallel-size"] == "1"
-    assert "--expert-tensor-parallel-size" not in dict(megatron(Plan.create(
-        "deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, layers_per_stage=layout)).flags)
+    assert "--expert-tensor-parallel-size" not in dict(
+        megatron(Plan.create("deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, layers_per_stage=layout)).flags
+    )

@@ -1,6 +1,7 @@
 """Real PyTorch runs that check the formulas: the course's small model on 2, 4 and 8 forked gloo ranks.
 
-Importing this package does not import torch; the runs do (``pip install torch==2.13.0``, a CPU build).
+Importing this package does not import torch; the runs do (``pip install torch==2.13.0``, a CPU build), and the
+activation rows import ``transformers`` (5.23.0).
 
 * ``model``: the 3,688,704-parameter small model in PyTorch.
 * ``logger``: a ``TorchDispatchMode`` that counts every collective and its payload where it is issued.
@@ -12,6 +13,9 @@ Importing this package does not import torch; the runs do (``pip install torch==
   ``meshplan.schedule`` for the replay of torch's schedules) once the small model is described in its terms;
   ZeRO-1's partition; FSDP2's collectives per step with m micro-batches.
 * ``checks``: predicted (the library) against measured, as ``rows.Row``.
+* ``activations``: the ``fsdp2`` activation ledger (``meshplan.engine_activations``) against what autograd saves
+  (``meshplan.measure``) for a tiny ``transformers`` model of every family, at two sequence lengths and two
+  micro-batch sizes (``TINY_CONFIGS``, ``SHAPES``).
 * ``command``: ``validate(quick, output) -> (rows, document)``, which ``meshplan validate [--quick]
   [--json] [--output FILE]``.
 
@@ -27,5 +31,4 @@ from __future__ import annotations
 from .command import run_checks, validate
 from .rows import RESULTS_PATH, Row, format_table, load_results, rows_from_results
 
-__all__ = ["RESULTS_PATH", "Row", "format_table", "load_results", "rows_from_results", "run_checks",
-           "validate"]
+__all__ = ["RESULTS_PATH", "Row", "format_table", "load_results", "rows_from_results", "run_checks", "validate"]

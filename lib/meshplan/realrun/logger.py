@@ -17,18 +17,31 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 # op name (without overload) -> kind
 KINDS = {
-    "allreduce_": "all_reduce", "all_reduce": "all_reduce", "all_reduce_": "all_reduce",
+    "allreduce_": "all_reduce",
+    "all_reduce": "all_reduce",
+    "all_reduce_": "all_reduce",
     "allreduce_coalesced_": "all_reduce",
-    "allgather_": "all_gather", "_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather",
-    "all_gather_into_tensor_out": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
+    "allgather_": "all_gather",
+    "_allgather_base_": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
     "all_gather_into_tensor_coalesced": "all_gather",
-    "reduce_scatter_": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
-    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
     "reduce_scatter_tensor_coalesced": "reduce_scatter",
-    "broadcast_": "broadcast", "broadcast": "broadcast",
-    "alltoall_": "all_to_all", "alltoall_base_": "all_to_all", "all_to_all_single": "all_to_all",
-    "send": "send", "recv_": "recv", "recv_any_source_": "recv",
-    "barrier": "barrier", "monitored_barrier_": "barrier",
+    "broadcast_": "broadcast",
+    "broadcast": "broadcast",
+    "alltoall_": "all_to_all",
+    "alltoall_base_": "all_to_all",
+    "all_to_all_single": "all_to_all",
+    "send": "send",
+    "recv_": "recv",
+    "recv_any_source_": "recv",
+    "barrier": "barrier",
+    "monitored_barrier_": "barrier",
 }
 
 
@@ -36,11 +49,11 @@ KINDS = {
 class Collective:
     """One collective call as this rank issued it."""
 
-    kind: str          # all_reduce | all_gather | reduce_scatter | broadcast | all_to_all | send | recv | barrier
-    op: str            # the dispatcher op, e.g. "c10d.allreduce_.default"
+    kind: str  # all_reduce | all_gather | reduce_scatter | broadcast | all_to_all | send | recv | barrier
+    op: str  # the dispatcher op, e.g. "c10d.allreduce_.default"
     payload_bytes: int  # the full buffer (see the module docstring)
     dtype: str
-    phase: str         # the label set by the caller (e.g. "forward", "backward", "step")
+    phase: str  # the label set by the caller (e.g. "forward", "backward", "step")
 
 
 def _tensors(x):
@@ -61,13 +74,13 @@ def payload(kind: str, name: str, args) -> tuple[int, str]:
     dtype = str(first[0].dtype).replace("torch.", "") if first else ""
     if kind == "all_gather":
         if name in ("allgather_", "_allgather_base_", "allgather_into_tensor_coalesced_"):
-            return _nbytes(first), dtype                 # args[0]: the output (list) tensor(s)
+            return _nbytes(first), dtype  # args[0]: the output (list) tensor(s)
         # functional: args = (input, group_size, group_name): the output is group_size × input
         return _nbytes(first) * int(args[1]), dtype
     if kind == "reduce_scatter":
         if name in ("reduce_scatter_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_"):
-            return _nbytes(_tensors(args[1])), dtype     # args[1]: the input(s)
-        return _nbytes(first), dtype                     # functional: args[0] is the input
+            return _nbytes(_tensors(args[1])), dtype  # args[1]: the input(s)
+        return _nbytes(first), dtype  # functional: args[0] is the input
     if kind == "barrier":
         return 0, dtype
     return _nbytes(first), dtype

@@ -49,7 +49,7 @@ class Attention(nn.Module):
         b, s, _ = x.shape
         d = self.head_dim
         if self.fused:
-            qkv = self.qkv(x).view(b, s, -1, 3, d)          # heads local to this rank under TP
+            qkv = self.qkv(x).view(b, s, -1, 3, d)  # heads local to this rank under TP
             q, k, v = qkv.unbind(3)
         else:
             q, k, v = (lin(x).view(b, s, -1, d) for lin in (self.q, self.k, self.v))
@@ -94,11 +94,12 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(h, spec.num_attention_heads, ffn, fused_qkv) for _ in range(spec.num_layers))
         self.norm = RMSNorm(h)
         self.head = nn.Linear(h, spec.vocab_size, bias=False)
-        self.head.weight = self.wte.weight        # tied
+        self.head.weight = self.wte.weight  # tied
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                nn.init.normal_(p, std=0.02 if "o." not in name and "fc2" not in name
-                                else 0.02 / math.sqrt(2 * spec.num_layers))
+                nn.init.normal_(
+                    p, std=0.02 if "o." not in name and "fc2" not in name else 0.02 / math.sqrt(2 * spec.num_layers)
+                )
 
     def forward(self, tokens):
         pos = torch.arange(tokens.shape[1], device=tokens.device)
@@ -116,7 +117,7 @@ def build_small(seed: int = 0, fused_qkv: bool = False) -> GPT:
     """The small model with seeded weights (fp32 on CPU)."""
     spec = small_spec()
     h = spec.hidden_size
-    ffn = (spec.layer_params[0] - 4 * h * h - 2 * h) // (2 * h)   # the MLP width, from the layer's count
+    ffn = (spec.layer_params[0] - 4 * h * h - 2 * h) // (2 * h)  # the MLP width, from the layer's count
     torch.manual_seed(seed)
     return GPT(spec, ffn, fused_qkv)
 

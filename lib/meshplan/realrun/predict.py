@@ -11,8 +11,8 @@ only describes the small model in the library's terms and translates torch's nam
 * ``ddp_buckets``: ``assign_buckets`` over tensors given by their gradient bytes.
 * ``zero1_partition``: ``ZeroRedundancyOptimizer``'s sorted greedy packing: whole tensors, largest first,
   each to the rank holding the fewest elements so far (ties: the lowest rank).
-* ``fsdp2_collectives_per_step``: FSDP2's all-gathers and reduce-scatters per optimizer step with m
-  micro-batches (the formula is in its docstring).
+* ``fsdp2_resharded``: which FSDP2 units reshard after forward, for True, False and FSDP2's default (the
+  collectives per step with m micro-batches are ``meshplan.zero.fsdp2_collectives_per_step``).
 * ``replay``: torch's ``pipeline_order`` through the library's schedule simulation.
 
     >>> ddp_buckets([1024, 1 << 20, 1 << 20, 1024], cap_bytes=25 << 20, first_cap_bytes=1 << 20)
@@ -60,15 +60,17 @@ def gpt_param_numels(spec: ModelSpec) -> list[int]:
 def small_grad_tensors(spec: ModelSpec) -> tuple[GradTensor, ...]:
     """The small GPT's parameters in registration order, named as ``realrun.model.GPT.named_parameters``.
 
-        >>> from meshplan import load_model
-        >>> [t.name for t in small_grad_tensors(load_model("small-3.7m"))][:4]
-        ['wte.weight', 'wpe.weight', 'blocks.0.norm1.weight', 'blocks.0.attn.q.weight']
+    >>> from meshplan import load_model
+    >>> [t.name for t in small_grad_tensors(load_model("small-3.7m"))][:4]
+    ['wte.weight', 'wpe.weight', 'blocks.0.norm1.weight', 'blocks.0.attn.q.weight']
     """
     layer = ("norm1", "attn.q", "attn.k", "attn.v", "attn.o", "norm2", "mlp.fc1", "mlp.fc2")
     names = ["wte", "wpe"] + [f"blocks.{i}.{n}" for i in range(spec.num_layers) for n in layer] + ["norm"]
     blocks = ["embedding"] * 2 + [f"layer {i}" for i in range(spec.num_layers) for _ in layer] + ["final norm"]
-    return tuple(GradTensor(f"{n}.weight", blk, numel)
-                 for n, blk, numel in zip(names, blocks, gpt_param_numels(spec), strict=True))
+    return tuple(
+        GradTensor(f"{n}.weight", blk, numel)
+        for n, blk, numel in zip(names, blocks, gpt_param_numels(spec), strict=True)
+    )
 
 
 def ddp_buckets(sizes_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[int]:
@@ -79,6 +81,23 @@ def ddp_buckets(sizes_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int
     tensors = [GradTensor(str(i), "gradient", size) for i, size in enumerate(sizes_bytes)]
     first = cap_bytes if first_cap_bytes is None else first_cap_bytes
     return [b.n_bytes for b in assign_buckets(tensors, cap_bytes, first, grad_bytes_per_param=1)]
+
+
+def fsdp2_resharded(units: int, reshard_after_forward: bool | None) -> list[bool]:
+    """Which of ``units`` ``fully_shard`` units (the root first) reshard their parameters after forward:
+    every unit with True, none with False; with FSDP2's default (None, ``reshard_after_forward`` not passed)
+    every unit but the root, whose parameters stay gathered from its forward to its backward (torch 2.13.0,
+    ``fully_shard``'s docstring, ``_fully_shard.py`` lines 189-190: "If ``None``, it is set to ``True`` for
+    non-root modules and ``False`` for root modules"; ``_fsdp_state.py`` lines 205-207 apply it at lazy init).
+
+        >>> fsdp2_resharded(3, None), fsdp2_resharded(3, False)
+        ([False, True, True], [False, False, False])
+    """
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise ValueError(f"units={units!r} must be a positive integer")
+    if reshard_after_forward not in (True, False, None):
+        raise ValueError(f"reshard_after_forward={reshard_after_forward!r} must be True, False or None")
+    return [reshard_after_forward is not False and not (reshard_after_forward is None and i == 0) for i in range(units)]
 
 
 def zero1_partition(numels: Sequence[int], n: int) -> list[int]:
@@ -108,10 +127,16 @@ def torch_order(kind: str, pp: int, micro_batches: int, virtual_stages: int = 1)
     names = {ours: theirs for theirs, ours in TORCH_KINDS.items()}
     out = {}
     for d, ops in enumerate(schedule_orders(kind, pp, micro_batches, virtual_stages)):
+
         def stage(chunk: int | None, d: int = d) -> int:
             return position(kind, pp, d, chunk or 0)
-        out[d] = [(names[o.kind], stage(o.chunk), o.micro_batch) if o.kind != "F&B" else
-                  (names[o.kind], stage(o.chunk), o.micro_batch, stage(o.bw_chunk), o.bw_micro_batch) for o in ops]
+
+        out[d] = [
+            (names[o.kind], stage(o.chunk), o.micro_batch)
+            if o.kind != "F&B"
+            else (names[o.kind], stage(o.chunk), o.micro_batch, stage(o.bw_chunk), o.bw_micro_batch)
+            for o in ops
+        ]
     return out
 
 

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from .logger import CollectiveLogger
 from .model import batch, build_small, loss_fn
 
-SEQ, MICRO_B = 16, 2        # tokens per sequence and sequences per rank: small on purpose (2 shared cores)
+SEQ, MICRO_B = 16, 2  # tokens per sequence and sequences per rank: small on purpose (2 shared cores)
 
 
 def _step(model, opt, log, rank, world, it):
@@ -142,9 +142,12 @@ def tp_worker(rank, world, fused_qkv, sequence_parallel):
     model = build_small(fused_qkv=fused_qkv)
     out_layout = Shard(1) if sequence_parallel else Replicate()
     for blk in model.blocks:
-        plan = {"attn.o": RowwiseParallel(output_layouts=out_layout), "mlp.fc1": ColwiseParallel(),
-                "mlp.fc2": RowwiseParallel(output_layouts=out_layout)}
-        for name in (("qkv",) if fused_qkv else ("q", "k", "v")):
+        plan = {
+            "attn.o": RowwiseParallel(output_layouts=out_layout),
+            "mlp.fc1": ColwiseParallel(),
+            "mlp.fc2": RowwiseParallel(output_layouts=out_layout),
+        }
+        for name in ("qkv",) if fused_qkv else ("q", "k", "v"):
             plan[f"attn.{name}"] = ColwiseParallel()
         if sequence_parallel:
             for name in ("norm1", "norm2"):
@@ -164,10 +167,17 @@ def tp_worker(rank, world, fused_qkv, sequence_parallel):
             y = blk(y)
         log.phase = "backward"
         y.pow(2).mean().backward()
-    partial = [g for g in (p.grad for p in model.blocks.parameters())
-               if isinstance(g, DTensor) and any(isinstance(pl, Partial) for pl in g.placements)]
-    return {"calls": _calls(log), "layers": len(model.blocks), "shape": [MICRO_B, SEQ, model.wte.embedding_dim],
-            "partial_grad_bytes": sum(g.to_local().numel() * g.element_size() for g in partial)}
+    partial = [
+        g
+        for g in (p.grad for p in model.blocks.parameters())
+        if isinstance(g, DTensor) and any(isinstance(pl, Partial) for pl in g.placements)
+    ]
+    return {
+        "calls": _calls(log),
+        "layers": len(model.blocks),
+        "shape": [MICRO_B, SEQ, model.wte.embedding_dim],
+        "partial_grad_bytes": sum(g.to_local().numel() * g.element_size() for g in partial),
+    }
 
 
 # ------------------------------------------------------------------------------------------- PP
@@ -205,8 +215,10 @@ def pp_worker(rank, world, schedule, virtual, micro_batches, steps=2):
         mine = [rank, n_stages - 1 - rank]
     else:
         mine = [rank + world * i for i in range(virtual)]
-    stages = [PipelineStage(_Stage(full, s * per, (s + 1) * per, s == 0, s == n_stages - 1), s, n_stages,
-                            torch.device("cpu")) for s in mine]
+    stages = [
+        PipelineStage(_Stage(full, s * per, (s + 1) * per, s == 0, s == n_stages - 1), s, n_stages, torch.device("cpu"))
+        for s in mine
+    ]
     cls = getattr(S, f"Schedule{schedule}")
     sched = cls(stages[0] if virtual == 1 else stages, micro_batches, loss_fn=loss_fn)
     sends = []
@@ -247,15 +259,18 @@ def schedule_orders(rank, world, p: int, micro_batches: int, names_v: list[tuple
                     kind = None if a is None else a.computation_type.value
                     if kind == "OVERLAP_F_B":
                         fwd, bwd = a.sub_actions
-                        rows.append((kind, fwd.stage_index, fwd.microbatch_index, bwd.stage_index,
-                                     bwd.microbatch_index))
+                        rows.append(
+                            (kind, fwd.stage_index, fwd.microbatch_index, bwd.stage_index, bwd.microbatch_index)
+                        )
                     elif kind in ("F", "B", "I", "W"):
                         rows.append((kind, a.stage_index, a.microbatch_index))
                 for s in {row[1] for row in rows}:
                     fw = sorted(row[2] for row in rows if row[0] == "F" and row[1] == s)
                     if fw == list(range(1, micro_batches + 1)):
-                        rows = [(k, st, mb - 1, *rest) if (k == "F" and st == s) else (k, st, mb, *rest)
-                                for k, st, mb, *rest in rows]
+                        rows = [
+                            (k, st, mb - 1, *rest) if (k == "F" and st == s) else (k, st, mb, *rest)
+                            for k, st, mb, *rest in rows
+                        ]
                 order[r] = rows
             out[name] = order
     finally:
@@ -276,9 +291,11 @@ def wire_worker(rank, world, numel):
 
     res = {}
     warnings.filterwarnings("ignore", category=FutureWarning)
-    for kind, fn in (("all_reduce", lambda: dist.all_reduce(t)),
-                     ("all_gather", lambda: dist.all_gather_into_tensor(out, torch.ones(numel // world))),
-                     ("reduce_scatter", lambda: dist.reduce_scatter_tensor(shard, t))):
+    for kind, fn in (
+        ("all_reduce", lambda: dist.all_reduce(t)),
+        ("all_gather", lambda: dist.all_gather_into_tensor(out, torch.ones(numel // world))),
+        ("reduce_scatter", lambda: dist.reduce_scatter_tensor(shard, t)),
+    ):
         dist.barrier()
         before = wchar()
         fn()
@@ -289,4 +306,3 @@ def wire_worker(rank, world, numel):
 def counts(calls, phase=None):
     """Counter of kinds among ``calls`` (optionally one phase)."""
     return Counter(k for k, ph, _, _ in calls if phase is None or ph == phase)
-
