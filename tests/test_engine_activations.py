@@ -23,83 +23,12 @@ from meshplan import engine_activations as ea
 from meshplan import measure
 from meshplan.activations import activation_bytes_per_layer
 from meshplan.model import LayerSpec, model_from_config
+from meshplan.realrun.activations import SHAPES as SHAPE_SET
+from meshplan.realrun.activations import TINY_CONFIGS, tiny_config
 
-BASE = {
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "intermediate_size": 176,
-    "vocab_size": 160,
-    "max_position_embeddings": 256,
-    "pad_token_id": 0,
-}
-MOE = {"num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 32}
-GDN = {
-    "layer_types": ["linear_attention", "linear_attention", "full_attention"],
-    "num_hidden_layers": 3,
-    "head_dim": 16,
-    "linear_num_key_heads": 2,
-    "linear_num_value_heads": 4,
-    "linear_key_head_dim": 16,
-    "linear_value_head_dim": 8,
-    "linear_conv_kernel_dim": 4,
-}
-MLA = {
-    "num_key_value_heads": 8,
-    "kv_lora_rank": 32,
-    "qk_nope_head_dim": 16,
-    "qk_rope_head_dim": 8,
-    "v_head_dim": 16,
-    "n_routed_experts": 6,
-    "num_experts_per_tok": 2,
-    "n_shared_experts": 1,
-    "moe_intermediate_size": 32,
-    "first_k_dense_replace": 1,
-}
-TINY: dict[str, dict[str, Any]] = {
-    "llama": dict(BASE, model_type="llama"),
-    "mistral": dict(BASE, model_type="mistral", sliding_window=32),
-    "mixtral": dict(BASE, model_type="mixtral", intermediate_size=48, num_local_experts=6, num_experts_per_tok=2),
-    "qwen2": dict(BASE, model_type="qwen2"),
-    "qwen2_moe": dict(BASE, **MOE, model_type="qwen2_moe", shared_expert_intermediate_size=96),
-    "qwen3": dict(BASE, model_type="qwen3", head_dim=16),
-    "qwen3_moe": dict(BASE, **MOE, model_type="qwen3_moe", head_dim=16, norm_topk_prob=True),
-    "qwen3_5": dict(BASE, **GDN, model_type="qwen3_5_text"),
-    "qwen3_5_moe": dict(BASE, **GDN, **MOE, model_type="qwen3_5_moe_text", shared_expert_intermediate_size=48),
-    "gemma2": dict(
-        BASE,
-        model_type="gemma2",
-        head_dim=16,
-        sliding_window=32,
-        query_pre_attn_scalar=16,
-        attn_logit_softcapping=50.0,
-        final_logit_softcapping=30.0,
-    ),
-    "gemma3": dict(
-        BASE,
-        model_type="gemma3_text",
-        num_hidden_layers=3,
-        head_dim=16,
-        sliding_window=32,
-        query_pre_attn_scalar=16,
-        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-    ),
-    "phi3": dict(BASE, model_type="phi3"),
-    "olmo2": dict(BASE, model_type="olmo2"),
-    "deepseek_v2": dict(
-        BASE,
-        **MLA,
-        model_type="deepseek_v2",
-        q_lora_rank=None,
-        topk_method="group_limited_greedy",
-        n_group=2,
-        topk_group=1,
-    ),
-    "deepseek_v3": dict(BASE, **MLA, model_type="deepseek_v3", q_lora_rank=48, n_group=2, topk_group=1),
-    "gpt2": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 8, "vocab_size": 160, "n_positions": 256},
-}
-SHAPES = [(24, 1), (24, 3), (80, 1), (80, 3)]  # s = 24 < sliding window 32 <= s = 80 > the 64-token chunk
+# the tiny configs and shapes live in the library, shared with ``meshplan validate``'s activation rows
+TINY: dict[str, dict[str, Any]] = {family: tiny_config(family) for family in TINY_CONFIGS}
+SHAPES = list(SHAPE_SET)  # s = 24 < sliding window 32 <= s = 80 > the 64-token chunk
 
 
 @functools.cache

@@ -205,16 +205,10 @@ def test_activation_rows_equal_the_ledger_to_the_byte(quick_rows):
     assert r.measured == 162_924 and r.unit == "bytes"
     assert "2 layers (norms 37,248, mixer 23,040, mlp 73,728 B)" in r.explanation
     assert "logits 15,360" in r.explanation and "(sdpa)" in r.explanation
-    # the loss keeps log_softmax's fp32 output: 4 B x s x b x V, here 4 x 24 x 1 x 160
-    assert 4 * 24 * 1 * TINY_CONFIGS["llama"]["vocab_size"] == 15_360
     assert act["deepseek_v3 s=80 b=3: bytes autograd saves for backward"].measured == 4_159_004
 
 
-def test_tiny_configs_are_those_of_the_activation_tests():
-    import test_engine_activations
-
-    assert {k: dict(v) for k, v in TINY_CONFIGS.items()} == test_engine_activations.TINY
-    assert list(SHAPES) == test_engine_activations.SHAPES
+def test_tiny_configs_are_copied_out():
     cfg = tiny_config("qwen3_5")
     cfg["layer_types"].append("full_attention")  # a copy: the library's stays as it is
     assert len(TINY_CONFIGS["qwen3_5"]["layer_types"]) == 3

@@ -341,7 +341,9 @@ def _validate(args) -> int:
 
 def _add_validate(sub) -> None:
     p = sub.add_parser("validate", help="check the formulas against real PyTorch runs (gloo, CPU, forked ranks)")
-    p.add_argument("--quick", action="store_true", help="ranks ≤ 4 only (the CI subset)")
+    p.add_argument(
+        "--quick", action="store_true", help="ranks ≤ 4 and three families' activation ledgers (the CI subset)"
+    )
     p.add_argument("--json", action="store_true", help="print the rows as one JSON list")
     p.add_argument(
         "--output",
