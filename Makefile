@@ -3,7 +3,7 @@
 #   make chromium  install Debian's chromium (headless browser tests) if missing
 #   make book      execute every notebook and build the HTML site, failing on any warning
 #   make test      unit, property, CLI and doctest tests + strict nbval (each notebook executed once), then
-#                  the site built from the outputs nbval has just verified, then the site/browser checks
+#                  the site built from the outputs nbval has just verified, then the browser checks
 #   make check     the inner loop: unit and property tests only (no browser, no notebooks, no torch runs)
 #   make lint      ruff (lint and format) and mypy
 #   make lab       JupyterLab on 127.0.0.1 with live widgets (opens the evolution map)
@@ -67,12 +67,13 @@ book-stored: venv
 	@if grep -q 'build finished with problems' $(BUILD_LOG); then \
 	  echo "book: the build emitted warnings (see $(BUILD_LOG))" >&2; exit 1; fi
 
-# 1. everything but the built site (strict nbval executes every notebook once); 2. the site from those outputs;
-# 3. the site's offline, layout and browser checks.
+# 1. everything but the browser tests, and strict nbval (every notebook executed once); 2. the site from those
+# outputs; 3. the browser tests: the built site (offline, layout, each chapter), the widget pages, JupyterLab.
+# (Playwright's sync API cannot share a process with nbval's kernel clients, hence a run of its own.)
 test: venv chromium
-	$(PYTEST) $(NBVAL) -m "not site" tests notebooks
+	$(PYTEST) $(NBVAL) -m "not browser" tests notebooks
 	$(MAKE) --no-print-directory book-stored
-	$(PYTEST) -m site tests
+	$(PYTEST) -m browser tests
 
 check: venv
 	$(PYTEST) -m "not browser and not slow" tests

@@ -129,11 +129,11 @@ def main() -> int:
         nbval = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
         print(f"make check: {timed(['make', 'check']):.1f} s")
         print(
-            f"make test part 1 (pytest + strict nbval, not site): "
-            f"{timed([*pytest, *nbval, '-m', 'not site', 'tests', 'notebooks']):.1f} s"
+            f"make test part 1 (pytest + strict nbval, no browser): "
+            f"{timed([*pytest, *nbval, '-m', 'not browser', 'tests', 'notebooks']):.1f} s"
         )
         print(f"make test part 2 (the site from stored outputs): {timed(['make', 'book-stored']):.1f} s")
-        print(f"make test part 3 (pytest -m site): {timed([*pytest, '-m', 'site', 'tests']):.1f} s")
+        print(f"make test part 3 (pytest -m browser): {timed([*pytest, '-m', 'browser', 'tests']):.1f} s")
         shutil.rmtree(ROOT / "_build", ignore_errors=True)
         print(f"clean book build (make book): {timed(['make', 'book']):.1f} s")
     return 0
