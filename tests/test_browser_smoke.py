@@ -164,6 +164,7 @@ def test_the_evolution_map_reads_at_every_width(viewport):
 
 def test_the_map_exercise_keeps_nvlink_inside_a_node_and_answers_as_the_library():
     hw = load_hardware()
+    assert hw.effective_flop_per_s is not None  # the lab preset states it
     with site_page(MAP) as page:
         ex = page.locator("#mp-ex-map-hide-allreduce")
         ex.scroll_into_view_if_needed()

@@ -7,6 +7,8 @@ the chapter makes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from meshplan import (
@@ -241,7 +243,7 @@ def test_resharding_rule_and_its_errors():
     assert zero.fsdp2_resharded(2, True) == [True, True] and zero.fsdp2_resharded(2, False) == [False, False]
     for bad in ("yes", 1, 0):
         with pytest.raises(ValueError, match="reshard_after_forward="):
-            zero.fsdp2_resharded(3, bad)
+            zero.fsdp2_resharded(3, bad)  # type: ignore[arg-type]  # a str and ints where a bool is due, on purpose
     with pytest.raises(ValueError, match="units=0"):
         zero.fsdp2_resharded(0, True)
     with pytest.raises(ValueError, match="2 entries for 3 units"):
@@ -319,7 +321,8 @@ def test_hsdp_against_fsdp_on_64_gpus():
         ({"micro_batches": 0}, "micro_batches=0"),
     ):
         with pytest.raises(ValueError, match=msg):
-            zero.hsdp_sync_bytes(P, **{"shard": 8, "replicate": 8, **kw})
+            args: dict[str, Any] = {"shard": 8, "replicate": 8, **kw}  # one bad value each, 1.5 a float on purpose
+            zero.hsdp_sync_bytes(P, **args)
     with pytest.raises(ValueError, match="params=0"):
         zero.hsdp_sync_bytes(0, 8, 8)
 

@@ -356,7 +356,9 @@ def test_the_search_agrees(anchor):
         "42.8 GB",
     )
     assert (f"{top.step.total_s:.2f} s", fmt_pct(top.mfu())) == ("1.54 s", "41.6 %")
-    index, _ = result.rank_of(tp=8, cp=8)
+    found = result.rank_of(tp=8, cp=8)
+    assert found is not None
+    index, _ = found
     assert result.tied_ranks()[index - 1] == 5
 
 

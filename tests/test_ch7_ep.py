@@ -5,6 +5,7 @@ compute) against independent computations."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -124,14 +125,13 @@ def test_the_step_time_model_gives_1_55_and_deepseeks_choices_bring_it_to_1_to_1
     wire = 4 * 4 * all_to_all_bytes(64, 4096 * 8 * v3.hidden_size * 2) / (50e9 * cal.link_efficiency)
     latency = 16 * steptime.collective_latency_s("all-to-all", 64, "infiniband")
     assert base.all_to_all_s == pytest.approx(wire + latency, rel=1e-12)
-    got = {}
-    for name, kw in (
-        ("base", {}),
-        ("fp8", {"dispatch_bytes": ep.FP8_DISPATCH_BYTES}),
-        ("nodes", {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4}),
-        ("gemm", {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4, "gemm_speedup": 2.0}),
-    ):
-        got[name] = ep.all_to_all_balance(run_report, **kw)
+    settings: dict[str, dict[str, Any]] = {  # bytes per element, a node count, a speedup
+        "base": {},
+        "fp8": {"dispatch_bytes": ep.FP8_DISPATCH_BYTES},
+        "nodes": {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4},
+        "gemm": {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4, "gemm_speedup": 2.0},
+    }
+    got = {name: ep.all_to_all_balance(run_report, **kw) for name, kw in settings.items()}
     ratios = {k: f"{b.ratio:.2f}" for k, b in got.items()}
     assert ratios == {"base": "1.55", "fp8": "1.17", "nodes": "0.60", "gemm": "0.89"}
     assert [f"{1e3 * b.all_to_all_s:,.0f} ms" for b in got.values()] == ["199 ms", "151 ms", "77 ms", "77 ms"]
@@ -156,7 +156,7 @@ def test_all_to_all_balance_reads_the_nodes_from_the_mesh(run_report):
     v3_layout = evaluate(run_report.plan.replace(order="tp-cp-dp-pp"))
     mesh = v3_layout.plan.mesh
     assert len({mesh.node(r) for r in mesh.group(0, "ep")}) == 8
-    kw = {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4}
+    kw: dict[str, Any] = {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4}
     assert ep.all_to_all_balance(v3_layout, **kw) == ep.all_to_all_balance(run_report, **kw)
     # EP 8 inside one node (DP innermost): NVLink, and the node limit changes nothing
     one_node = evaluate(run_report.plan.replace(order="tp-cp-dp-pp", ep=8))

@@ -413,7 +413,8 @@ def test_the_map_page_tags_its_plumbing():
 
 def test_the_map_exercise_default_is_not_printed_above_it():
     nb = json.loads((REPO / "notebooks" / "00_evolution_map.ipynb").read_text(encoding="utf-8"))
-    before, shown = [], []
+    before: list[str] = []
+    shown: list[str] = []
     for c in nb["cells"]:
         if '"map-hide-allreduce"' in "".join(c["source"]):
             before = shown
@@ -424,6 +425,7 @@ def test_the_map_exercise_default_is_not_printed_above_it():
             shown += ["".join(data.get("text/plain", "")), "".join(data.get("text/html", ""))]
     assert before, "the exercise is on the page"
     hw = load_hardware("lab")
+    assert hw.effective_flop_per_s is not None  # the lab preset states it
     default = break_even_tokens("qwen3.8-27b", 4, hw.nvlink_bytes_per_s, hw.effective_flop_per_s)  # NVLink, N = 4
     assert f"{default:,.0f}" == "2,033"
     assert f"{default:,.0f}" not in "\n".join(before) and f"{default:.0f}" not in "\n".join(before)

@@ -75,7 +75,19 @@ def lab(tmp_path_factory):
     )
     with open(work / "lab.log", "w") as log:
         proc = subprocess.Popen(
-            ["make", "-s", "-f", str(REPO_ROOT / "Makefile"), "-C", str(work), "-o", STAMP, "lab", f"LAB_NOTEBOOK={CHAPTER}", f"LAB_ARGS={args}"],
+            [
+                "make",
+                "-s",
+                "-f",
+                str(REPO_ROOT / "Makefile"),
+                "-C",
+                str(work),
+                "-o",
+                STAMP,
+                "lab",
+                f"LAB_NOTEBOOK={CHAPTER}",
+                f"LAB_ARGS={args}",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

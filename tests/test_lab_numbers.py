@@ -5,11 +5,13 @@ s = 4,096, b = 1, m = 8 unless stated; 80 GB GPUs, 8 per node; GB = 1e9 B.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from meshplan import activations, collectives, compute, cp, dp, ep, load_hardware, load_model, pp, published, tp, zero
 from meshplan.lab import ANCHOR, LAB_8_GPUS, LAB_64_GPUS, lab_plan, lab_reports
-from meshplan.plan import DIMS, Plan, evaluate
+from meshplan.plan import DIMS, Plan, Report, evaluate
 from meshplan.units import GB, fmt_gb, fmt_gib, fmt_mb, fmt_mib, fmt_pct
 
 P = 27_781_427_952  # the anchor's stored parameters
@@ -31,6 +33,7 @@ def anchor():
 
 # ---------------------------------------------------------------- the lab rows
 # label -> (states, activations, total, fits, {dim: (GB, link)}, bubble %)
+Row = tuple[str, str, str, bool, dict[str, tuple[str, str]], str]
 EXPECTED_8 = {
     "DP 8 · ZeRO-3 · full recompute": ("55.6", "2.7", "58.2", True, {"dp": ("145.9", "nvlink")}, "0.0"),
     "DP 8 · ZeRO-3 · selective recompute": ("55.6", "45.6", "101.2", False, {"dp": ("145.9", "nvlink")}, "0.0"),
@@ -250,7 +253,7 @@ EXPECTED_MEGATRON_8 = {
 EXPECTED_MEGATRON_64 = dict.fromkeys(EXPECTED_64, TP8_REFUSED)
 
 # the nearest 64-GPU plans Megatron-LM runs: TP 4 (the largest size dividing the 4 KV heads), DP doubled
-NEAREST_64 = {
+NEAREST_64: dict[str, tuple[dict[str, Any], Row]] = {
     "TP 4 × PP 8 × DP 2 · full recompute": (
         {"gpus": 64, "tp": 4, "pp": 8, "dp": 2, "recompute": "full"},
         (
@@ -287,7 +290,7 @@ NEAREST_64 = {
 }
 
 
-def _check_row(r, expected, label):
+def _check_row(r: Report, expected: Row, label: str) -> None:
     states, activ, total, fits, comm, bubble = expected
     m = r.memory_bytes
     assert (gb(m["model_states"]), gb(m["activations"]), gb(m["total"])) == (states, activ, total), label
@@ -376,7 +379,7 @@ def test_lab_tables_page_follows_the_page_rules():
 
 def _printed_before(nb: dict, marker: str) -> str:
     """Everything the page shows before the cell whose source contains ``marker``: markdown, outputs, glued text."""
-    shown = []
+    shown: list[str] = []
     for c in nb["cells"]:
         src = "".join(c["source"])
         if marker in src:

@@ -248,7 +248,7 @@ def test_fsdp2_resharding_default_keeps_the_root_gathered():
     with pytest.raises(ValueError, match="units=0 must be a positive integer"):
         fsdp2_resharded(0, None)
     with pytest.raises(ValueError, match="reshard_after_forward=2 must be True, False or None"):
-        fsdp2_resharded(5, 2)
+        fsdp2_resharded(5, 2)  # type: ignore[arg-type]  # an int where a bool is due, on purpose
 
 
 def _lazily_imported(rank, world):

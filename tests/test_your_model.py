@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from meshplan import Plan, evaluate, load_hardware, load_model
+from meshplan import Plan, Report, evaluate, load_hardware, load_model
 from meshplan.activations import activation_bytes_per_layer
 from meshplan.cli import main
 from meshplan.engine_activations import spec_activations
@@ -38,7 +39,7 @@ def gb(x: float) -> str:
     return fmt_gb(x)
 
 
-def priced(model: str, gpus: int, ledger: str, hardware: str = H100, **kw) -> object:
+def priced(model: str, gpus: int, ledger: str, hardware: str = H100, **kw: Any) -> Report:
     """A plan as the page prices it: selective recompute, s = 4,096, a global batch of 256 sequences."""
     return evaluate(
         Plan.create(

@@ -149,7 +149,7 @@ def load_imbalance(loads) -> float:
     return max(loads) / (sum(loads) / len(loads))
 
 
-def ring_kv_bytes_per_layer(s: int, b: int, kv_width: int, cp: int, act_bytes: int = ACT_BYTES) -> float:
+def ring_kv_bytes_per_layer(s: int, b: int, kv_width: float, cp: int, act_bytes: int = ACT_BYTES) -> float:
     """Bytes one rank sends for one full-attention layer in Ring Attention (forward): each of the c−1 hops
     passes a K+V chunk of s/c tokens, (c−1)/c × the whole sequence's K and V (``collectives``' all-gather).
 

@@ -16,9 +16,8 @@ Public entry points are re-exported by ``meshplan.model``.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from . import deepseek, gemma, gpt2, llama, qwen, qwen3_5
 from .fields import Fields, show
