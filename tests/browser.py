@@ -108,6 +108,12 @@ class OfflineBrowser:
 _SHARED: dict = {}
 
 
+def shared_chromium():
+    """The one headless Chromium of this test process (Playwright's sync API allows one running instance per thread,
+    so every module uses this one; starting it costs about a second). Give each test a fresh context."""
+    return _shared_browser()
+
+
 def _shared_browser():
     """One headless Chromium per test process (starting it costs about a second); each
     ``offline_browser()`` still gets a fresh, isolated context (its own empty profile state)."""

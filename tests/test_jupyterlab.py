@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS
+from browser import shared_chromium
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "notebooks/01_one_gpu.ipynb"
@@ -124,52 +124,48 @@ def lab(tmp_path_factory):
 @pytest.fixture(scope="module")
 def notebook(lab):
     """Chapter 1 open in JupyterLab in headless Chromium, after Run All."""
-    from playwright.sync_api import sync_playwright
-
     base, token = lab
     blocked: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1366, "height": 900})
+    # the process's one Chromium (browser.py): Playwright's sync API allows one instance per thread
+    context = shared_chromium().new_context(viewport={"width": 1366, "height": 900})
 
-        def route(r) -> None:
-            if r.request.url.startswith(base):
-                r.continue_()
-            else:
-                blocked.append(r.request.url)
-                r.abort()
+    def route(r) -> None:
+        if r.request.url.startswith(base):
+            r.continue_()
+        else:
+            blocked.append(r.request.url)
+            r.abort()
 
-        context.route("**/*", route)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto(f"{base}/lab/tree/{CHAPTER}?token={token}", wait_until="load")
-        page.wait_for_function(
-            f"""() => window.jupyterapp && window.jupyterapp.shell.currentWidget
-                 && window.jupyterapp.shell.currentWidget.context
-                 && window.jupyterapp.shell.currentWidget.context.path === {json.dumps(CHAPTER)}""",
-            timeout=60_000,
-        )
-        started = time.monotonic()
-        run = page.evaluate("""async () => {
-          const panel = window.jupyterapp.shell.currentWidget;
-          await panel.sessionContext.ready;
-          const ok = await window.jupyterapp.commands.execute('notebook:run-all-cells');
-          const cells = panel.content.model.cells;
-          const code = [], errors = [];
-          for (let i = 0; i < cells.length; i++) {
-            const cell = cells.get(i);
-            if (cell.type !== 'code') continue;
-            code.push(cell.executionCount);
-            for (const output of cell.outputs.toJSON())
-              if (output.output_type === 'error') errors.push(`cell ${i}: ${output.ename}: ${output.evalue}`);
-          }
-          return {ok, code, errors, kernel: panel.sessionContext.session.kernel.name};
-        }""")
-        run["seconds"] = time.monotonic() - started
-        yield page, run
-        context.close()
-        browser.close()
+    context.route("**/*", route)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base}/lab/tree/{CHAPTER}?token={token}", wait_until="load")
+    page.wait_for_function(
+        f"""() => window.jupyterapp && window.jupyterapp.shell.currentWidget
+             && window.jupyterapp.shell.currentWidget.context
+             && window.jupyterapp.shell.currentWidget.context.path === {json.dumps(CHAPTER)}""",
+        timeout=60_000,
+    )
+    started = time.monotonic()
+    run = page.evaluate("""async () => {
+      const panel = window.jupyterapp.shell.currentWidget;
+      await panel.sessionContext.ready;
+      const ok = await window.jupyterapp.commands.execute('notebook:run-all-cells');
+      const cells = panel.content.model.cells;
+      const code = [], errors = [];
+      for (let i = 0; i < cells.length; i++) {
+        const cell = cells.get(i);
+        if (cell.type !== 'code') continue;
+        code.push(cell.executionCount);
+        for (const output of cell.outputs.toJSON())
+          if (output.output_type === 'error') errors.push(`cell ${i}: ${output.ename}: ${output.evalue}`);
+      }
+      return {ok, code, errors, kernel: panel.sessionContext.session.kernel.name};
+    }""")
+    run["seconds"] = time.monotonic() - started
+    yield page, run
+    context.close()
     assert blocked == [], f"JupyterLab asked for something outside 127.0.0.1: {blocked[:5]}"
     assert errors == [], f"JavaScript errors in JupyterLab: {errors}"
 
