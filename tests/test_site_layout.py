@@ -209,6 +209,33 @@ REPORT_JS = r"""async () => {
 }"""
 
 
+# Every math element of the text is typeset (math in a table output, $...$ in a DataFrame cell, is typeset too, so
+# there may be more typeset elements than text math), and every typeset element carries the hidden MathML.
+MATH_JS = """() => ({
+  math: document.querySelectorAll('.bd-article .math').length,
+  untypeset: [...document.querySelectorAll('.bd-article .math')].filter(e => !e.querySelector('mjx-container')).length,
+  typeset: document.querySelectorAll('.bd-article mjx-container').length,
+  errors: document.querySelectorAll('mjx-merror').length,
+  spoken: document.querySelectorAll('.bd-article mjx-container mjx-assistive-mml').length,
+})"""
+WIDE_WIDGETS_JS = """w => [...document.querySelectorAll('.mp-widget')]
+  .filter(e => e.getBoundingClientRect().right > w + 0.5).map(e => e.id)"""
+# What every exercise does before a prediction, in one pass over the page: Check is disabled, Enter on an empty box
+# shows a hint and no answer, "Show me" says the prediction was skipped.
+WAITS_JS = """() => [...document.querySelectorAll('.mp-exercise')].map(ex => {
+    const box = ex.querySelector('.mp-prediction'), check = ex.querySelector('.mp-check'),
+          show = ex.querySelector('.mp-show'), ans = ex.querySelector('.mp-answer');
+    if (show.disabled) return [ex.id, 'invalid at its defaults', ans.textContent];
+    box.value = ''; box.dispatchEvent(new Event('input'));
+    const disabled = check.disabled;
+    box.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter'}));
+    const hint = ans.textContent;
+    show.click();
+    const shown = ans.firstChild ? ans.firstChild.textContent : '';
+    return [ex.id, disabled, hint, shown.startsWith('You skipped the prediction. The library says ')];
+})"""
+
+
 @pytest.fixture(scope="module")
 def reports(chromium):
     """Layout report of every page at a width, computed once per width: {width: {page: report}}."""
@@ -223,6 +250,9 @@ def reports(chromium):
                     report = v.page.evaluate(REPORT_JS)
                     report["files"] = v.loaded_files()
                     report["console_errors"] = list(v.console_errors)
+                    report["math"] = v.page.evaluate(MATH_JS)
+                    report["wide_widgets"] = v.page.evaluate(WIDE_WIDGETS_JS, width)
+                    report["waits"] = v.page.evaluate(WAITS_JS)  # last: it presses the exercises' buttons
                     pages[relpath] = report
             assert CHAPTER in pages
             cache[width] = pages
@@ -322,26 +352,25 @@ def test_pages_load_light(reports):
     assert any(_has_math(p) for p in reports(DESKTOP)), "no page has math: the MathJax checks went untested"
 
 
-def test_math_is_typeset_for_screens_and_screen_readers(reports, chromium):
+def test_math_is_typeset_for_screens_and_screen_readers(reports):
     math_pages = [p for p in reports(DESKTOP) if _has_math(p)]
     assert math_pages, "no page has math"
-    with visit(chromium, DESKTOP) as v:
-        for page in math_pages:
-            v.open(page)
-            # every math element of the text is typeset (math in a table output, $...$ in a DataFrame cell, is
-            # typeset too, so there may be more typeset elements than text math), and every typeset element
-            # carries the hidden MathML that screen readers speak
-            counts = v.page.evaluate("""() => ({
-              math: document.querySelectorAll('.bd-article .math').length,
-              untypeset: [...document.querySelectorAll('.bd-article .math')]
-                .filter(e => !e.querySelector('mjx-container')).length,
-              typeset: document.querySelectorAll('.bd-article mjx-container').length,
-              errors: document.querySelectorAll('mjx-merror').length,
-              spoken: document.querySelectorAll('.bd-article mjx-container mjx-assistive-mml').length,
-            })""")
-            assert counts["math"] > 0 and counts["untypeset"] == 0, (page, counts)
-            assert counts["typeset"] >= counts["math"] and counts["spoken"] == counts["typeset"], (page, counts)
-            assert counts["errors"] == 0, (page, counts)
+    for page in math_pages:
+        counts = reports(DESKTOP)[page]["math"]
+        assert counts["math"] > 0 and counts["untypeset"] == 0, (page, counts)
+        assert counts["typeset"] >= counts["math"] and counts["spoken"] == counts["typeset"], (page, counts)
+        assert counts["errors"] == 0, (page, counts)
+
+
+@pytest.mark.parametrize("width", [PHONE, DESKTOP])
+def test_every_exercise_waits_for_a_prediction_and_no_widget_is_wider_than_the_screen(reports, width):
+    problems = []
+    for page, r in reports(width).items():
+        for ex_id, disabled, hint, *skipped in r["waits"]:
+            if (disabled, hint, skipped) != (True, "Type a prediction first, or press Show me.", [True]):
+                problems.append(f"{page} #{ex_id}: {disabled!r} {hint!r} {skipped!r}")
+        problems += [f"{page} #{w} is wider than {width} px" for w in r["wide_widgets"]]
+    assert not problems, problems
 
 
 # -------------------------------------------------------------------------------------------------- navigation
