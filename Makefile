@@ -4,7 +4,8 @@
 #   make book      execute every notebook and build the HTML site, failing on any warning
 #   make test      unit, property, CLI and doctest tests + strict nbval (each notebook executed once), then
 #                  the site built from the outputs nbval has just verified, then the browser checks
-#   make check     the inner loop: unit and property tests only (no browser, no notebooks, no torch runs)
+#   make check     the inner loop (~20 s): unit and property tests, a fifth of the hypothesis examples; no browser,
+#                  notebooks, torch runs or rendered figures
 #   make lint      ruff (lint and format) and mypy
 #   make lab       JupyterLab on 127.0.0.1 with live widgets (opens the evolution map)
 #   make clean     remove build outputs; `make distclean` also removes .venv
@@ -76,7 +77,7 @@ test: venv chromium
 	$(PYTEST) -m browser tests
 
 check: venv
-	$(PYTEST) -m "not browser and not slow" tests
+	MESHPLAN_HYPOTHESIS_SCALE=0.2 $(PYTEST) -p no:nbval -m "not browser and not slow" tests
 
 lint: venv
 	$(VENV_BIN)/ruff check lib tests scripts

@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,7 +141,11 @@ def check(argv: list[str]) -> None:
 
 
 FUZZ = settings(
-    max_examples=250, derandomize=True, deadline=5000, database=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(250),
+    derandomize=True,
+    deadline=5000,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 

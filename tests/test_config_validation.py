@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -345,7 +346,7 @@ def mutated(draw):
 
 
 @settings(
-    max_examples=250,
+    max_examples=examples(250),
     derandomize=True,
     deadline=None,
     database=None,

@@ -13,6 +13,7 @@ import itertools
 import math
 import random
 
+from conftest import examples
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ BW = {"nvlink": 160e9, "infiniband": 50e9}
 
 def _settings(n: int):
     return settings(
-        max_examples=n,
+        max_examples=examples(n),
         derandomize=True,
         deadline=None,
         database=None,

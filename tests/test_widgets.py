@@ -12,6 +12,7 @@ import unicodedata
 from itertools import product
 
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from widget_cases import COMPARE_CASES, READ_CASES
@@ -124,7 +125,7 @@ def test_digit_scripts_are_ten_consecutive_digits():
         assert read_prediction(chr(z + 4) + chr(z + 2)).value == 42
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=80))
 def test_any_text_is_read_or_refused_with_one_line(text):
     r = read_prediction(text, "GB")
@@ -135,7 +136,7 @@ def test_any_text_is_read_or_refused_with_one_line(text):
         assert msg == r.error and "55.6" not in msg  # a refusal never gives the answer away
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.floats(allow_nan=False, allow_infinity=False), st.floats(allow_nan=False, allow_infinity=False))
 def test_any_number_is_graded_without_a_long_line(x, v):
     msg = compare(repr(x), Result(v, f"{v:g}"), "GB")
