@@ -92,13 +92,14 @@ def _hardware(text: str) -> str:
     return text
 
 
-def _accounting_option(p: argparse.ArgumentParser, default: str | None = "lab") -> None:
+def _accounting_option(p: argparse.ArgumentParser, default: str | None = "lab", help: str | None = None) -> None:
     p.add_argument(
         "--accounting",
         choices=LEDGERS,
         default=default,
-        help="bookkeeping convention: lab (the lab page's, default), megatron, fsdp2 or deepspeed (what the "
-        "engine allocates and sends)",
+        help=help
+        or "bookkeeping convention: lab (the lab page's, default), megatron, fsdp2 or deepspeed (what the engine "
+        "allocates and sends)",
     )
 
 
@@ -255,7 +256,12 @@ def _add_search(sub) -> None:
         default="1f1b",
         help="pipeline schedule the step time assumes (dualpipe where the plan allows it)",
     )
-    _accounting_option(p)
+    _accounting_option(
+        p,
+        default="megatron",
+        help="the ledger plans are ranked in: megatron (default: a search decides real configurations, so it prices "
+        "what an engine allocates and sends), fsdp2, deepspeed, or lab (the lab page's teaching convention)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list of the top plan reports")
     p.set_defaults(run=_search)
 
