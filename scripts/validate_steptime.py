@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
-from meshplan import calibration
+from meshplan import calibration, published
 from meshplan.resources import data_path
 from meshplan.steptime import calibration as stored_calibration
 from meshplan.steptime import fit_data
@@ -56,44 +55,13 @@ def table(rows: list[calibration.Row]) -> str:
 
 
 def plot(rows: list[calibration.Row], path: str) -> None:
-    """Predicted against published step time, log-log, the fit set and each held-out group in its own marker, with
-    the ±15 % and ±35 % bands."""
+    """Write the book's predicted-vs-published figure (``published.validation_figure``) to a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 6), dpi=120)
-    lo = min(min(r.predicted_s, r.published.step_s) for r in rows) / 1.5
-    hi = max(max(r.predicted_s, r.published.step_s) for r in rows) * 1.5
-    xs = [lo, hi]
-    ax.plot(xs, xs, color="black", lw=1)
-    for f, style in ((0.15, "--"), (0.35, ":")):
-        ax.plot(xs, [x * (1 + f) for x in xs], color="grey", ls=style, lw=0.8, label=f"±{round(100 * f)} %")
-        ax.plot(xs, [x * (1 - f) for x in xs], color="grey", ls=style, lw=0.8)
-    markers = iter("osD^vP*X")
-    for group in dict.fromkeys(r.group for r in rows):
-        sel = [r for r in rows if r.group == group]
-        hollow: dict[str, Any] = {"facecolors": "none", "edgecolors": "black"} if group.startswith("not") else {}
-        ax.scatter(
-            [r.published.step_s for r in sel],
-            [r.predicted_s for r in sel],
-            marker=next(markers),
-            s=28,
-            label=group,
-            **hollow,
-        )
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlim=xs,
-        ylim=xs,
-        xlabel="published step time (s)",
-        ylabel="predicted step time (s)",
-        title="meshplan step time against published runs",
-    )
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
+    fig = published.validation_figure(rows)
     fig.savefig(path, format="png", metadata={"Software": None})
     plt.close(fig)
 
