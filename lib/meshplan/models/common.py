@@ -48,6 +48,22 @@ def read_shape(f: Fields, *, kv_heads=SAME_AS_HEADS, head_dim=DERIVED) -> Shape:
     return Shape(h, n_layers, a, kv, d, vocab)
 
 
+def gqa_attention(s: Shape, *, head_qk_norm: bool = False, **kw) -> dict:
+    """LayerSpec keywords of a grouped-query softmax attention layer of shape ``s`` (v heads as wide as q and k);
+    ``head_qk_norm``: a per-head RMSNorm on q and k (Qwen3, Gemma 3: ``q_norm``/``k_norm`` of width ``head_dim``).
+    Other keywords (bias, window, activation, the MLP, OLMo 2's whole-projection ``qk_norm``) pass through."""
+    norm = {"qk_norm": True, "qk_norm_scope": "head", "qk_norm_width": s.head_dim} if head_qk_norm else {}
+    return dict(
+        mixer="attention",
+        num_heads=s.heads,
+        num_kv_heads=s.kv_heads,
+        head_dim=s.head_dim,
+        v_head_dim=s.head_dim,
+        **norm,
+        **kw,
+    )
+
+
 def qwen_moe_layers(f: Fields, n_layers: int, num_experts: int) -> tuple[bool, ...]:
     """Qwen2/3-MoE: layer i is MoE unless listed in ``mlp_only_layers``, if (i + 1) is a multiple of
     ``decoder_sparse_step`` (``Qwen3MoeDecoderLayer``)."""

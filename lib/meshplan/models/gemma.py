@@ -8,7 +8,7 @@ config class's pattern). Gemma 2 caps attention and output logits with tanh (``a
 
 from __future__ import annotations
 
-from .common import REQUIRED, attention_types, composite_tie, read_shape, windows
+from .common import REQUIRED, attention_types, composite_tie, gqa_attention, read_shape, windows
 from .count import build_spec
 from .fields import MAX_LAYERS, Fields
 from .spec import LayerSpec, ModelSpec
@@ -22,17 +22,10 @@ def _layers(f: Fields, s, types, window, qk_norm: bool, softcap: float | None) -
     )
     return [
         LayerSpec(
-            mixer="attention",
+            **gqa_attention(s, head_qk_norm=qk_norm),
             sliding_window=w,
-            num_heads=s.heads,
-            num_kv_heads=s.kv_heads,
-            head_dim=s.head_dim,
-            v_head_dim=s.head_dim,
             qkv_bias=bias,
             o_bias=bias,
-            qk_norm=qk_norm,
-            qk_norm_scope="head" if qk_norm else "",
-            qk_norm_width=s.head_dim if qk_norm else 0,
             attn_logit_softcapping=softcap,
             activation=act,
             intermediate_size=ffn,

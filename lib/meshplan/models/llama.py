@@ -7,22 +7,14 @@ config defaults (``modeling_<family>.py``, ``configuration_<family>.py``).
 
 from __future__ import annotations
 
-from .common import REQUIRED, read_shape
+from .common import REQUIRED, gqa_attention, read_shape
 from .count import build_spec
 from .fields import Fields
 from .spec import LayerSpec, ModelSpec
 
 
 def _attention(f: Fields, s, **kw) -> dict:
-    return dict(
-        mixer="attention",
-        num_heads=s.heads,
-        num_kv_heads=s.kv_heads,
-        head_dim=s.head_dim,
-        v_head_dim=s.head_dim,
-        activation=f.string("hidden_act", "silu"),
-        **kw,
-    )
+    return gqa_attention(s, activation=f.string("hidden_act", "silu"), **kw)
 
 
 def _experts(f: Fields, expert_key: str = "num_local_experts") -> tuple[int, int]:

@@ -11,6 +11,7 @@ from typing import Any
 from .common import (
     REQUIRED,
     attention_types,
+    gqa_attention,
     qwen_moe_layers,
     read_shape,
     unused,
@@ -69,12 +70,8 @@ def qwen2(f: Fields, name: str) -> ModelSpec:
     act, ffn = f.string("hidden_act", "silu"), f.integer("intermediate_size")
     layers = [
         LayerSpec(
-            mixer="attention",
+            **gqa_attention(s),
             sliding_window=w,
-            num_heads=s.heads,
-            num_kv_heads=s.kv_heads,
-            head_dim=s.head_dim,
-            v_head_dim=s.head_dim,
             qkv_bias=True,
             activation=act,
             intermediate_size=ffn,
@@ -90,17 +87,10 @@ def qwen3(f: Fields, name: str) -> ModelSpec:
     bias, act, ffn = f.boolean("attention_bias", False), f.string("hidden_act", "silu"), f.integer("intermediate_size")
     layers = [
         LayerSpec(
-            mixer="attention",
+            **gqa_attention(s, head_qk_norm=True),
             sliding_window=w,
-            num_heads=s.heads,
-            num_kv_heads=s.kv_heads,
-            head_dim=s.head_dim,
-            v_head_dim=s.head_dim,
             qkv_bias=bias,
             o_bias=bias,
-            qk_norm=True,
-            qk_norm_scope="head",
-            qk_norm_width=s.head_dim,
             activation=act,
             intermediate_size=ffn,
         )
@@ -134,12 +124,8 @@ def qwen2_moe(f: Fields, name: str) -> ModelSpec:
             }
         layers.append(
             LayerSpec(
-                mixer="attention",
+                **gqa_attention(s),
                 sliding_window=w,
-                num_heads=s.heads,
-                num_kv_heads=s.kv_heads,
-                head_dim=s.head_dim,
-                v_head_dim=s.head_dim,
                 qkv_bias=bias,
                 activation=act,
                 **ffn_kw,
@@ -161,17 +147,10 @@ def qwen3_moe(f: Fields, name: str) -> ModelSpec:
     dense: dict[str, Any] = {"intermediate_size": ffn}
     layers = [
         LayerSpec(
-            mixer="attention",
+            **gqa_attention(s, head_qk_norm=True),
             sliding_window=window,
-            num_heads=s.heads,
-            num_kv_heads=s.kv_heads,
-            head_dim=s.head_dim,
-            v_head_dim=s.head_dim,
             qkv_bias=bias,
             o_bias=bias,
-            qk_norm=True,
-            qk_norm_scope="head",
-            qk_norm_width=s.head_dim,
             activation=act,
             **(sparse if is_moe else dense),
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import REQUIRED, composite_tie, read_shape, unused
+from .common import REQUIRED, composite_tie, gqa_attention, read_shape, unused
 from .count import build_spec, counted
 from .fields import MAX_LAYERS, Fields
 from .spec import LayerSpec, ModelSpec
@@ -65,16 +65,9 @@ def _read(f: Fields, name: str, family: str, moe: bool) -> ModelSpec:
     else:
         ffn = {"intermediate_size": t.integer("intermediate_size")}
     full = LayerSpec(
-        mixer="attention",
-        num_heads=s.heads,
-        num_kv_heads=s.kv_heads,
-        head_dim=s.head_dim,
-        v_head_dim=s.head_dim,
+        **gqa_attention(s, head_qk_norm=True),
         qkv_bias=bias,
         o_bias=bias,
-        qk_norm=True,
-        qk_norm_scope="head",
-        qk_norm_width=s.head_dim,
         output_gate=t.boolean("attn_output_gate", True),
         activation=act,
         **ffn,
