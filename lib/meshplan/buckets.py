@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from .collectives import ring_all_reduce_bytes, transfer_time_s
 from .compute import backward_time_s
 from .model import ModelSpec
+from .models.spec import NORM_NAMES
 from .units import MiB
 
 DEFAULT_CAP_BYTES = 25 * MiB  # bucket_cap_mb=None -> 25 MiB, data/published.json ddp_bucket_cap_bytes
@@ -113,19 +114,6 @@ class Timeline:
         return max(0.0, self.end_s - self.backward_s)
 
 
-# the norms of a decoder layer in transformers' registration order, by where they sit
-_NORMS = {
-    "pre": ("input_layernorm", "post_attention_layernorm"),
-    "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
-    "sandwich": (
-        "input_layernorm",
-        "post_attention_layernorm",
-        "pre_feedforward_layernorm",
-        "post_feedforward_layernorm",
-    ),
-}
-
-
 def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
     """The model's tensors in registration (forward) order: vision, embedding, layers (mixer, gate/up/down, norms),
     final norm, head, MTP, read from the per-layer description (``ModelSpec.layers``).
@@ -153,7 +141,7 @@ def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
             GradTensor(f"layers.{i}.mlp.up_proj", blk, mat),
             GradTensor(f"layers.{i}.mlp.down_proj", blk, down),
         ]
-        names = _NORMS.get(getattr(layer, "norm_position", "pre"), _NORMS["pre"])[: layer.norms_per_layer]
+        names = NORM_NAMES.get(getattr(layer, "norm_position", "pre"), NORM_NAMES["pre"])[: layer.norms_per_layer]
         out += [GradTensor(f"layers.{i}.{name}", blk, norm) for name in names]
     final = sum(n * per for name, n, per in model.params.groups if name == "final_norm")
     out.append(GradTensor("norm", "final norm", final))

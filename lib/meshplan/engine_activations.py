@@ -129,6 +129,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .model import LayerSpec, ModelSpec
+from .models.spec import NORM_NAMES
 
 ATTENTIONS = ("sdpa", "eager")
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -212,16 +213,6 @@ class Implementation:
     group_limited: bool = False
 
 
-_NORM_NAMES = {
-    "pre": ("input_layernorm", "post_attention_layernorm"),
-    "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
-    "sandwich": (
-        "input_layernorm",
-        "post_attention_layernorm",
-        "pre_feedforward_layernorm",
-        "post_feedforward_layernorm",
-    ),
-}
 _QWEN3_5: dict[str, Any] = {
     "norm": "zero_centered",
     "rotary_per_sample": True,
@@ -674,7 +665,7 @@ def _layer_saved(
     T = s * b
     if recompute == "full":
         return [_Saved("layer input (kept by the layer checkpoint)", "layer", 2 * T * h, "seq")]
-    names = ("ln_1", "ln_2") if impl.norm == "layernorm" else _NORM_NAMES.get(L.norm_position, ())
+    names = ("ln_1", "ln_2") if impl.norm == "layernorm" else NORM_NAMES.get(L.norm_position, ())
     if len(names) != L.norms_per_layer:
         raise ValueError(f"norms_per_layer={L.norms_per_layer} does not fit norm_position={L.norm_position!r}")
     out: list[_Saved] = []

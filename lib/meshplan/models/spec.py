@@ -37,6 +37,23 @@ class ParamCount:
     extra: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
+# The norm modules of a decoder layer, named and ordered as transformers registers them, by ``norm_position``
+# (``Olmo2DecoderLayer``: post; ``Gemma2DecoderLayer``/``Gemma3DecoderLayer``: sandwich; the others: pre).
+# GPT-2's layer norms are ``ln_1`` and ``ln_2`` instead.
+NORM_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "pre": ("input_layernorm", "post_attention_layernorm"),
+        "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+        "sandwich": (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ),
+    }
+)
+
+
 @dataclass(frozen=True)
 class LayerSpec:
     """One decoder layer, as the per-layer formulas (TP splits, activations, EP, pipeline stages) need it.
