@@ -118,6 +118,25 @@ def test_deepseek_moe_layer_freq_zero_and_missing_q_lora_rank():
     _refused({**cfg, "num_experts_per_tok": 300}, "'num_experts_per_tok' = 300 exceeds 'n_routed_experts' = 256")
 
 
+@pytest.mark.parametrize(
+    "path, section, expert_key, n",
+    [
+        (MODELS_DIR / "deepseek-v3.json", None, "n_routed_experts", 256),
+        (PUBLIC / "mixtral-8x7b-v0.1.json", None, "num_local_experts", 8),
+        (PUBLIC / "qwen1.5-moe-a2.7b.json", None, "num_experts", 60),
+        (MODELS_DIR / "qwen3-30b-a3b.json", None, "num_experts", 128),
+        (PUBLIC / "qwen3.5-35b-a3b.json", "text_config", "num_experts", 256),
+    ],
+)
+def test_more_experts_per_token_than_experts_is_refused_in_every_moe_family(path, section, expert_key, n):
+    cfg = _cfg(path)
+    target = cfg[section] if section else cfg
+    assert target[expert_key] == n
+    target["num_experts_per_tok"] = n + 1
+    where = f"{section}." if section else ""
+    _refused(cfg, f"'{where}num_experts_per_tok' = {n + 1} exceeds '{where}{expert_key}' = {n}")
+
+
 def test_moe_layer_freq_is_honoured_as_deepseek_defines_it():
     """DeepSeek's modeling_deepseek.py: MoE iff i >= first_k_dense_replace and i % moe_layer_freq == 0."""
     cfg = {**_cfg(MODELS_DIR / "deepseek-v3.json"), "moe_layer_freq": 2, "num_hidden_layers": 8}

@@ -64,6 +64,16 @@ def gqa_attention(s: Shape, *, head_qk_norm: bool = False, **kw) -> dict:
     )
 
 
+def routed_experts(f: Fields, expert_key: str, n: int | None = None) -> tuple[int, int]:
+    """(routed experts, experts per token): ``expert_key`` (or ``n``, already read) and ``num_experts_per_tok``,
+    refused when a token would be sent to more experts than there are."""
+    n = f.integer(expert_key) if n is None else n
+    k = f.integer("num_experts_per_tok")
+    if k > n:
+        raise f.error(f"'{f.name('num_experts_per_tok')}' = {k} exceeds '{f.name(expert_key)}' = {n}")
+    return n, k
+
+
 def qwen_moe_layers(f: Fields, n_layers: int, num_experts: int) -> tuple[bool, ...]:
     """Qwen2/3-MoE: layer i is MoE unless listed in ``mlp_only_layers``, if (i + 1) is a multiple of
     ``decoder_sparse_step`` (``Qwen3MoeDecoderLayer``)."""

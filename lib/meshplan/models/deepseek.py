@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import unused
+from .common import routed_experts, unused
 from .count import build_spec, counted, norm_params
 from .fields import MAX_LAYERS, Fields
 from .spec import LayerSpec, ModelSpec
@@ -40,9 +40,7 @@ def _read(f: Fields, name: str, family: str) -> ModelSpec:
         "o_bias": attn_bias,
         "activation": f.string("hidden_act", "silu"),
     }
-    n, k = f.integer("n_routed_experts"), f.integer("num_experts_per_tok")
-    if k > n:
-        raise f.error(f"'{f.name('num_experts_per_tok')}' = {k} exceeds '{f.name('n_routed_experts')}' = {n}")
+    n, k = routed_experts(f, "n_routed_experts")
     width = f.integer("moe_intermediate_size")
     shared = f.opt_integer("n_shared_experts", 1 if v3 else 2, lo=0)
     first_dense = f.integer("first_k_dense_replace", 3 if v3 else 0, lo=0)

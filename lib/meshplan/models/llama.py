@@ -7,7 +7,7 @@ config defaults (``modeling_<family>.py``, ``configuration_<family>.py``).
 
 from __future__ import annotations
 
-from .common import REQUIRED, gqa_attention, read_shape
+from .common import REQUIRED, gqa_attention, read_shape, routed_experts
 from .count import build_spec
 from .fields import Fields
 from .spec import LayerSpec, ModelSpec
@@ -15,15 +15,6 @@ from .spec import LayerSpec, ModelSpec
 
 def _attention(f: Fields, s, **kw) -> dict:
     return gqa_attention(s, activation=f.string("hidden_act", "silu"), **kw)
-
-
-def _experts(f: Fields, expert_key: str = "num_local_experts") -> tuple[int, int]:
-    """(routed experts, experts per token), checked against each other."""
-    n = f.integer(expert_key)
-    k = f.integer("num_experts_per_tok")
-    if k > n:
-        raise f.error(f"'{f.name('num_experts_per_tok')}' = {k} exceeds '{f.name(expert_key)}' = {n}")
-    return n, k
 
 
 def _spec(f: Fields, name: str, family: str, s, layers, tied: bool) -> ModelSpec:
@@ -65,7 +56,7 @@ def mixtral(f: Fields, name: str) -> ModelSpec:
     """Mixtral: mistral's attention; every MLP is ``num_local_experts`` SwiGLU experts of ``intermediate_size``
     with a bias-free router, top-``num_experts_per_tok``."""
     s = read_shape(f, kv_heads=REQUIRED)
-    n, k = _experts(f)
+    n, k = routed_experts(f, "num_local_experts")
     layer = LayerSpec(
         **_attention(f, s, sliding_window=f.opt_integer("sliding_window", None)),
         num_experts=n,

@@ -14,6 +14,7 @@ from .common import (
     gqa_attention,
     qwen_moe_layers,
     read_shape,
+    routed_experts,
     unused,
     windows,
 )
@@ -58,9 +59,7 @@ def _experts(f: Fields) -> tuple[int, int, int]:
     if not n:
         unused(f, "num_experts_per_tok", "moe_intermediate_size")
         return 0, 0, 0
-    k = f.integer("num_experts_per_tok")
-    if k > n:
-        raise f.error(f"'{f.name('num_experts_per_tok')}' = {k} exceeds '{f.name('num_experts')}' = {n}")
+    n, k = routed_experts(f, "num_experts", n)
     return n, k, f.integer("moe_intermediate_size")
 
 

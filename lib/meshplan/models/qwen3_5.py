@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import REQUIRED, composite_tie, gqa_attention, read_shape, unused
+from .common import REQUIRED, composite_tie, gqa_attention, read_shape, routed_experts, unused
 from .count import build_spec, counted
 from .fields import MAX_LAYERS, Fields
 from .spec import LayerSpec, ModelSpec
@@ -51,9 +51,7 @@ def _read(f: Fields, name: str, family: str, moe: bool) -> ModelSpec:
     bias, act = t.boolean("attention_bias", False), t.string("hidden_act", "silu")
     ffn: dict[str, Any]
     if moe:
-        n, k = t.integer("num_experts"), t.integer("num_experts_per_tok")
-        if k > n:
-            raise t.error(f"'{t.name('num_experts_per_tok')}' = {k} exceeds '{t.name('num_experts')}' = {n}")
+        n, k = routed_experts(t, "num_experts")
         ffn = {
             "num_experts": n,
             "experts_per_token": k,
