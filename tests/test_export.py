@@ -50,20 +50,8 @@ PARALLEL = {
 
 
 def guide_plan(**kw):
-    ex = published.value("megatron_guide_llama3_70b_64_gpus")
-    dp = ex["gpus"] // (ex["tp"] * ex["pp"] * ex["cp"])
-    args = {
-        "gpus": ex["gpus"],
-        "tp": ex["tp"],
-        "pp": ex["pp"],
-        "cp": ex["cp"],
-        "seq": ex["seq"],
-        "micro_batch_size": ex["micro_batch_size"],
-        "micro_batches": ex["global_batch_size"] // (dp * ex["micro_batch_size"]),
-        "order": "tp-cp-ep-dp-pp",
-    }
-    args.update(kw)
-    return Plan.create(ex["model"], **args)
+    """The seed article's Llama 3 70B example on 64 GPUs as the library plans it (``published.megatron_guide_plan``)."""
+    return published.megatron_guide_plan(**kw)
 
 
 def test_seed_004_example_flag_for_flag():

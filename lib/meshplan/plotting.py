@@ -102,15 +102,8 @@ def _px_per_unit(fig, end: float) -> float:
     return fig.get_figwidth() * fig.dpi * 0.8 / max(end, 1e-9)
 
 
-def gantt(timeline, title: str | None = None, width: float = FIG_WIDTH):
-    """A Gantt chart of one ``Timeline``, with its legend above the chart; returns the Figure."""
-    import matplotlib.pyplot as plt
-
-    t = timeline
-    fig, ax = plt.subplots(figsize=(width, 0.32 * t.pp + 2.1))
-    _draw(ax, t, title, t.makespan, _px_per_unit(fig, t.makespan))
-    ax.set_xlabel("time (units of f, one forward of one stage)", fontsize=FONT["label"])
-    handles = _handles({e.kind for e in t.events}, t.chunks_per_device > 1)
+def _legend_above(ax, handles) -> None:
+    """The legend in rows of three above the axes, the axes' left title lifted clear of it."""
     ax.legend(
         handles=handles,
         loc="lower left",
@@ -121,6 +114,17 @@ def gantt(timeline, title: str | None = None, width: float = FIG_WIDTH):
         borderaxespad=0.2,
     )
     ax.set_title(ax.get_title(loc="left"), fontsize=FONT["title"], loc="left", pad=8 + 16 * -(-len(handles) // 3))
+
+
+def gantt(timeline, title: str | None = None, width: float = FIG_WIDTH):
+    """A Gantt chart of one ``Timeline``, with its legend above the chart; returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    t = timeline
+    fig, ax = plt.subplots(figsize=(width, 0.32 * t.pp + 2.1))
+    _draw(ax, t, title, t.makespan, _px_per_unit(fig, t.makespan))
+    ax.set_xlabel("time (units of f, one forward of one stage)", fontsize=FONT["label"])
+    _legend_above(ax, _handles({e.kind for e in t.events}, t.chunks_per_device > 1))
     fig.tight_layout()
     return fig
 
@@ -148,16 +152,7 @@ def gantt_grid(timelines: Sequence, titles: Sequence[str] | None = None, width: 
         fig.suptitle(
             f"p = {t0.pp} stages, m = {t0.micro_batches} micro-batches", fontsize=FONT["title"], x=0.02, ha="left"
         )
-    head.legend(
-        handles=handles,
-        loc="lower left",
-        bbox_to_anchor=(0.0, 1.0),
-        ncol=min(len(handles), 3),
-        fontsize=FONT["legend"],
-        frameon=False,
-        borderaxespad=0.2,
-    )
-    head.set_title(head.get_title(loc="left"), fontsize=FONT["title"], loc="left", pad=8 + 16 * -(-len(handles) // 3))
+    _legend_above(head, handles)
     fig.tight_layout()
     return fig
 
