@@ -26,8 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from meshplan.grid import _members
+from meshplan.mesh import AXES
+
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, ViewportSize
+
+    from meshplan import Mesh
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SITE_DIR = Path(os.environ.get("MESHPLAN_SITE_DIR", REPO_ROOT / "_build" / "html"))  # the built book
@@ -261,3 +266,31 @@ def chosen(exercise, name: str) -> str:
         return el.querySelector('input:checked').parentNode.textContent; }""",
         name,
     )
+
+
+def grid_highlights(grid) -> dict[str, set[int]]:
+    """The ranks a device grid highlights, by mesh axis, and the selected one."""
+    cells = grid.locator(".mp-gpu")
+    data = cells.evaluate_all("cs => cs.map(c => [+c.dataset.rank, c.dataset.group || '', c.dataset.selected || ''])")
+    out: dict[str, set[int]] = {a: set() for a in (*AXES, "selected")}
+    for rank, group, selected in data:
+        if group:
+            out[group].add(rank)
+        if selected:
+            out["selected"].add(rank)
+    return out
+
+
+def check_grid_rank(grid, mesh: Mesh, rank: int) -> None:
+    """Click GPU ``rank`` in a device grid: its highlighted groups, member lists and links are ``mesh``'s."""
+    grid.locator(f'.mp-gpu[data-rank="{rank}"]').click()
+    got = grid_highlights(grid)
+    assert got["selected"] == {rank}
+    for a in AXES:
+        assert got[a] == set(mesh.group(rank, a)) - {rank}, (a, rank)
+        row = grid.locator(f'.mp-legend-row[data-axis="{a}"]')
+        assert row.locator(".mp-members").inner_text() == _members(mesh.group(rank, a))
+        assert (
+            row.locator(".mp-link").inner_text()
+            == {"nvlink": "NVLink", "infiniband": "InfiniBand", None: "no traffic"}[mesh.link(a)]
+        )

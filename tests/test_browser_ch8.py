@@ -6,41 +6,13 @@ plan-design checklists and read the same lines ``meshplan.design`` prints, on a 
 from __future__ import annotations
 
 import pytest
-from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page
+from browser import DESKTOP, PHONE, check_grid_rank, choose, chosen, horizontal_overflow, predict, site_page
 
 from meshplan import Mesh, Plan, evaluate
-from meshplan.grid import _members
 from meshplan.lab import design_checklist_8, design_checklist_64, heaviest_exercise
-from meshplan.mesh import AXES
 from meshplan.widgets import compare
 
 CH8 = "notebooks/08_4d_lab.html"
-
-
-def _highlighted(grid) -> dict[str, set[int]]:
-    cells = grid.locator(".mp-gpu")
-    data = cells.evaluate_all("cs => cs.map(c => [+c.dataset.rank, c.dataset.group || '', c.dataset.selected || ''])")
-    out: dict[str, set[int]] = {a: set() for a in (*AXES, "selected")}
-    for rank, group, selected in data:
-        if group:
-            out[group].add(rank)
-        if selected:
-            out["selected"].add(rank)
-    return out
-
-
-def _check_rank(grid, mesh: Mesh, rank: int) -> None:
-    grid.locator(f'.mp-gpu[data-rank="{rank}"]').click()
-    got = _highlighted(grid)
-    assert got["selected"] == {rank}
-    for a in AXES:
-        assert got[a] == set(mesh.group(rank, a)) - {rank}, (a, rank)
-        row = grid.locator(f'.mp-legend-row[data-axis="{a}"]')
-        assert row.locator(".mp-members").inner_text() == _members(mesh.group(rank, a))
-        assert (
-            row.locator(".mp-link").inner_text()
-            == {"nvlink": "NVLink", "infiniband": "InfiniBand", None: "no traffic"}[mesh.link(a)]
-        )
 
 
 def test_chapter8_grid_click_highlights_the_mesh_groups():
@@ -51,7 +23,7 @@ def test_chapter8_grid_click_highlights_the_mesh_groups():
         # defaults: TP 8, CP 1, PP 8, order tp-cp-pp-dp, 8 GPUs per node
         mesh = Mesh({"tp": 8, "cp": 1, "pp": 8, "dp": 1}, "tp-cp-pp-dp", 8)
         for rank in (0, 19, 63):
-            _check_rank(grid, mesh, rank)
+            check_grid_rank(grid, mesh, rank)
         r = evaluate(Plan.create("qwen3.8-27b", gpus=64, tp=8, pp=8, zero=1, recompute="full"))
         assert f"= {r.memory_bytes['total'] / 1e9:,.1f} GB" in grid.locator(".mp-grid-summary").inner_text()
 
@@ -59,9 +31,9 @@ def test_chapter8_grid_click_highlights_the_mesh_groups():
         slider.focus()
         page.keyboard.press("ArrowLeft")  # PP 8 -> 4 (DP becomes 2), then click again
         assert chosen(grid, "pp") == "4"
-        _check_rank(grid, Mesh({"tp": 8, "cp": 1, "pp": 4, "dp": 2}, "tp-cp-pp-dp", 8), 42)
+        check_grid_rank(grid, Mesh({"tp": 8, "cp": 1, "pp": 4, "dp": 2}, "tp-cp-pp-dp", 8), 42)
         choose(grid, "order", "dp-pp-cp-tp")  # the axis order: a visible option
-        _check_rank(grid, Mesh({"tp": 8, "cp": 1, "pp": 4, "dp": 2}, "dp-pp-cp-tp", 8), 42)
+        check_grid_rank(grid, Mesh({"tp": 8, "cp": 1, "pp": 4, "dp": 2}, "dp-pp-cp-tp", 8), 42)
 
         cp = grid.locator('input.mp-slider[data-name="cp"]')
         cp.focus()

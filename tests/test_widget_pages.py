@@ -17,11 +17,18 @@ import os
 from pathlib import Path
 
 import pytest
-from browser import DESKTOP, PHONE, horizontal_overflow, offline_browser, open_standalone, standalone_page
+from browser import (
+    DESKTOP,
+    PHONE,
+    check_grid_rank,
+    horizontal_overflow,
+    offline_browser,
+    open_standalone,
+    standalone_page,
+)
 
 from meshplan import Mesh, Plan, schedule, zero
-from meshplan.grid import DeviceGrid, _members
-from meshplan.mesh import AXES
+from meshplan.grid import DeviceGrid
 from meshplan.plotting import TimelineExplorer
 from meshplan.widgets import Check, Checklist, Exercise, reveal
 
@@ -322,36 +329,13 @@ def test_explorer_chunks_only_for_the_interleaved_schedule(page):
 
 
 # ---------------------------------------------------------------- the device grid
-def _highlighted(grid) -> dict[str, set[int]]:
-    data = grid.locator(".mp-gpu").evaluate_all(
-        "cs => cs.map(c => [+c.dataset.rank, c.dataset.group || '', c.dataset.selected || ''])"
-    )
-    out: dict[str, set[int]] = {a: set() for a in (*AXES, "selected")}
-    for rank, group, selected in data:
-        if group:
-            out[group].add(rank)
-        if selected:
-            out["selected"].add(rank)
-    return out
-
-
-def _check_rank(grid, mesh: Mesh, rank: int) -> None:
-    grid.locator(f'.mp-gpu[data-rank="{rank}"]').click()
-    got = _highlighted(grid)
-    assert got["selected"] == {rank}
-    for a in AXES:
-        assert got[a] == set(mesh.group(rank, a)) - {rank}, (a, rank)
-        row = grid.locator(f'.mp-legend-row[data-axis="{a}"]')
-        assert row.locator(".mp-members").inner_text() == _members(mesh.group(rank, a))
-
-
 def test_grid_highlights_the_mesh_groups_and_flags_invalid_meshes(page):
     grid = page.locator("#mp-grid-grid8")
     _set(grid, "tp", 1)
     _set(grid, "pp", 2)  # TP 2 x PP 4, DP 1
-    _check_rank(grid, Mesh({"tp": 2, "cp": 1, "pp": 4, "dp": 1}, "tp-cp-pp-dp", 8), 3)
+    check_grid_rank(grid, Mesh({"tp": 2, "cp": 1, "pp": 4, "dp": 1}, "tp-cp-pp-dp", 8), 3)
     grid.locator(".mp-option", has_text="dp-pp-cp-tp").click()  # the axis order: a visible option
-    _check_rank(grid, Mesh({"tp": 2, "cp": 1, "pp": 4, "dp": 1}, "dp-pp-cp-tp", 8), 3)
+    check_grid_rank(grid, Mesh({"tp": 2, "cp": 1, "pp": 4, "dp": 1}, "dp-pp-cp-tp", 8), 3)
     top = grid.locator(".mp-grid-nodes").bounding_box()["y"]
     _set(grid, "tp", 3)  # TP 8 x PP 4 = 32 > 8 GPUs
     assert grid.locator(".mp-status").inner_text() == "Not a valid mesh: tp×cp×pp = 8×1×4 = 32 does not divide gpus=8"
@@ -365,7 +349,7 @@ def test_grid_highlights_the_mesh_groups_and_flags_invalid_meshes(page):
 def test_grid_of_1024_gpus(page):
     big = page.locator("#mp-grid-grid1024")
     assert big.locator(".mp-gpu").count() == 1024
-    _check_rank(big, Mesh({"tp": 8, "cp": 1, "pp": 16, "dp": 8}, "tp-cp-pp-dp", 8), 517)
+    check_grid_rank(big, Mesh({"tp": 8, "cp": 1, "pp": 16, "dp": 8}, "tp-cp-pp-dp", 8), 517)
 
 
 # ---------------------------------------------------------------- the checklist
