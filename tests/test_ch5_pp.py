@@ -7,11 +7,11 @@ formula; GB = 1e9 B, MB = 1e6 B.
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
 import pytest
+import saved_notebook
+from saved_notebook import printed
 
 from meshplan import Plan, activations, evaluate, evolution, load_model, pp, published, schedule, tp
 from meshplan.accounting import get_accounting
@@ -37,41 +37,11 @@ def stages():
 
 
 def _cells() -> list[dict]:
-    return json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
-
-
-def _glued(cells: list[dict]) -> dict[str, str]:
-    values = {}
-    for c in cells:
-        for o in c.get("outputs", []):
-            record = o.get("data", {}).get("application/papermill.record/text/plain")
-            if record is not None:
-                values[o["metadata"]["scrapbook"]["name"]] = "".join(record).strip("'\"")
-    return values
+    return saved_notebook.cells(NOTEBOOK)
 
 
 def page_text_before(marker: str) -> tuple[str, str]:
-    """(what the page shows above the first cell containing ``marker``, what it shows below): markdown with the
-    glued values filled in, and the plain text of displayed outputs (glue records are not displayed)."""
-    cells = _cells()
-    glued = _glued(cells)
-    index = next(i for i, c in enumerate(cells) if marker in "".join(c["source"]))
-
-    def shown(c: dict) -> str:
-        if c["cell_type"] == "markdown":
-            return re.sub(r"\{glue:text\}`([^`:]+)[^`]*`", lambda m: glued[m.group(1)], "".join(c["source"]))
-        texts = []
-        for o in c.get("outputs", []):
-            data = o.get("data", {})
-            if "application/papermill.record/text/plain" not in data and "text/plain" in data:
-                texts.append("".join(data.get("text/html", data["text/plain"])))
-        return "\n".join(texts)
-
-    return "\n".join(shown(c) for c in cells[:index]), "\n".join(shown(c) for c in cells[index + 1 :])
-
-
-def printed(number: str, text: str) -> bool:
-    return re.search(rf"(?<![\d.,]){re.escape(number)}(?![\d])", text) is not None
+    return saved_notebook.page_text_around(NOTEBOOK, marker)
 
 
 def test_exercise_defaults_are_not_printed_above_and_are_answered_below():
