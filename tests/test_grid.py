@@ -207,8 +207,12 @@ def test_plot_grid_draws_every_gpu():
     mesh = Mesh({"tp": 8, "cp": 1, "pp": 16, "dp": 8})
     fig = plot_grid(mesh, 5)
     ax = fig.axes[0]
-    coloured = [p for p in ax.patches if p.get_facecolor()[:3] != matplotlib.colors.to_rgb("#e6e6e6") and p.get_fill()]
-    # 1024 GPUs + 128 node frames; the 7 + 15 + 7 other members of GPU 5's groups are coloured
-    assert len(ax.patches) == 1024 + 128
+    frames, gpus = ax.collections
+    faces = [matplotlib.colors.to_hex(c) for c in gpus.get_facecolors()]
+    # 1024 GPUs + 128 node frames; the 7 + 15 + 7 other members of GPU 5's groups are coloured, GPU 5 is framed
+    assert gpus.get_gid() == "gpus" and len(gpus.get_paths()) == len(faces) == 1024 and len(frames.get_paths()) == 128
+    coloured = {r for r, c in enumerate(faces) if c != "#e6e6e6"}
+    assert coloured == {r for a in ("tp", "pp", "dp") for r in mesh.group(5, a)} - {5}
     assert len(coloured) == 7 + 15 + 7
+    assert [r for r, w in enumerate(gpus.get_linewidths()) if w > 0] == [5]
     plt.close(fig)

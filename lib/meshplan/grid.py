@@ -321,6 +321,7 @@ def plot_grid(
     At most 7.2 inches wide (shown unscaled in the book's column) with text of at least 9 pt; GPU numbers up
     to 64 GPUs (32 to a row), 64 GPUs to a row beyond. Returns the figure."""
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PatchCollection
     from matplotlib.patches import Patch, Rectangle
 
     n, g = mesh.world_size, mesh.gpus_per_node
@@ -352,26 +353,26 @@ def plot_grid(
         for r in mesh.group(rank, a):
             if r != rank:
                 colour[r], text[r] = AXIS_COLOURS[a], AXIS_TEXT[a]
+    frames, squares, faces, edges, widths = [], [], [], [], []
     for node in range(n_nodes):
         row, col = divmod(node, per_row)
         x0, y0 = col * (g + 0.6), -row * 1.5
-        ax.add_patch(Rectangle((x0 - 0.15, y0 - 0.15), min(g, n) + 0.3, 1.3, fill=False, lw=0.8, ec="#666"))
+        frames.append(Rectangle((x0 - 0.15, y0 - 0.15), min(g, n) + 0.3, 1.3))
         for i in range(min(g, n - node * g)):
             r = node * g + i
-            ax.add_patch(
-                Rectangle(
-                    (x0 + i, y0),
-                    0.9,
-                    1.0,
-                    color=colour.get(r, "#e6e6e6"),
-                    ec="black" if r == rank else None,
-                    lw=1.5 if r == rank else 0,
-                )
-            )
+            squares.append(Rectangle((x0 + i, y0), 0.9, 1.0))
+            faces.append(colour.get(r, "#e6e6e6"))
+            edges.append("black" if r == rank else "none")
+            widths.append(1.5 if r == rank else 0.0)
             if numbers:
                 ax.text(
                     x0 + i + 0.45, y0 + 0.5, str(r), ha="center", va="center", fontsize=9, color=text.get(r, "#222")
                 )
+    # two artists, not one per GPU: a 2,048-GPU grid is drawn in milliseconds
+    ax.add_collection(PatchCollection(frames, facecolors="none", edgecolors="#666", linewidths=0.8), autolim=False)
+    gpus = PatchCollection(squares, facecolors=faces, edgecolors=edges, linewidths=widths)
+    gpus.set_gid("gpus")  # one square per GPU, in rank order
+    ax.add_collection(gpus, autolim=False)
     ax.set_xlim(-0.5, per_row * (g + 0.6))
     ax.set_ylim(-(rows - 1) * 1.5 - 0.5, 1.5)
     ax.set_aspect("equal")

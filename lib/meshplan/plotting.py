@@ -74,23 +74,44 @@ def _handles(kinds_seen: Collection[str], chunked: bool) -> list:
 
 
 def _draw(ax, t, title: str | None, end: float, px_per_unit: float) -> None:
+    """The boxes of one timeline, one ``PolyCollection`` per colour and hatch (drawn as one artist each: a chart
+    of 700 boxes is built in milliseconds, not the second that one ``barh`` per box takes), F&B outlines first."""
+    from matplotlib.collections import PolyCollection
+
+    def box(a: float, z: float, y: int, height: float) -> list[tuple[float, float]]:
+        lo, hi = y - height / 2, y + height / 2
+        return [(a, lo), (z, lo), (z, hi), (a, hi)]
+
+    outlines: list[list[tuple[float, float]]] = []
+    boxes: dict[tuple[str, bool], list[list[tuple[float, float]]]] = {}
     for e in t.events:
         y = e.stage
         if e.kind == "F&B":
-            ax.barh(y, e.end - e.start, left=e.start, height=0.86, color="none", edgecolor=COLORS["F&B"], linewidth=1.6)
+            outlines.append(box(e.start, e.end, y, 0.86))
         for a, z, kind, mb, chunk in _parts(t, e):
-            ax.barh(
-                y,
-                z - a,
-                left=a,
-                height=0.8,
-                color=COLORS[kind],
-                edgecolor="white",
-                linewidth=0.5,
-                hatch="//" if chunk % 2 else None,
-            )
+            boxes.setdefault((kind, bool(chunk % 2)), []).append(box(a, z, y, 0.8))
             if (z - a) * px_per_unit >= len(str(mb)) * FONT["box"] * 100 / 72 * 0.62 + 3:
-                ax.text((a + z) / 2, y, str(mb), ha="center", va="center", fontsize=FONT["box"], color=TEXT_ON[kind])
+                ax.text(
+                    (a + z) / 2,
+                    y,
+                    str(mb),
+                    ha="center",
+                    va="center",
+                    fontsize=FONT["box"],
+                    color=TEXT_ON[kind],
+                    in_layout=False,  # inside the axes: tight_layout need not measure 500 labels
+                )
+    if outlines:
+        ax.add_collection(
+            PolyCollection(outlines, facecolors="none", edgecolors=COLORS["F&B"], linewidths=1.6), autolim=False
+        )
+    for (kind, hatched), verts in boxes.items():
+        ax.add_collection(
+            PolyCollection(
+                verts, facecolors=COLORS[kind], edgecolors="white", linewidths=0.5, hatch="//" if hatched else None
+            ),
+            autolim=False,
+        )
     ax.set_ylim(t.pp - 0.5, -0.5)
     ax.set_yticks(range(t.pp), [f"GPU {s}" for s in range(t.pp)])
     ax.set_xlim(0, end)
