@@ -74,7 +74,7 @@ book-stored: venv
 test: venv chromium
 	$(PYTEST) $(NBVAL) -m "not browser" tests notebooks
 	$(MAKE) --no-print-directory book-stored
-	$(PYTEST) -m browser tests
+	$(PYTEST) -p no:nbval -m browser tests
 
 check: venv
 	MESHPLAN_HYPOTHESIS_SCALE=0.2 $(PYTEST) -p no:nbval -m "not browser and not slow" tests

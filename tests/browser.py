@@ -219,15 +219,48 @@ def horizontal_overflow(page) -> int:
     return page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
 
 
+# Pages of the built site opened by ``site_page``, one per (page, viewport) in this test module: loading a chapter costs
+# about a second (a 0.2-0.7 MB page, MathJax, the exercises' scripts), and a module's tests each drive their own
+# exercise, so the second test on a page reuses it. ``close_site_pages`` (conftest, at the end of every module) closes
+# them, so no state crosses modules; a test that fails closes its page, so no failure leaves state for the next.
+_SITE_PAGES: dict[tuple, tuple[contextlib.ExitStack, OfflineBrowser, object]] = {}
+
+
 @contextlib.contextmanager
-def site_page(relpath: str, viewport: ViewportSize | None = None) -> Iterator:
-    """Open a page of the built site (skipped if not built, see ``require_site``) in a fresh offline context;
-    on leaving, assert that it requested nothing from the network and threw no error."""
+def site_page(relpath: str, viewport: ViewportSize | None = None, fresh: bool = False) -> Iterator:
+    """A page of the built site (skipped if not built, see ``require_site``) in an offline context, at ``viewport``;
+    on leaving, assert that it has requested nothing from the network and thrown no error.
+
+    The page is loaded once per test module and viewport and handed again to the module's later tests that ask for
+    it (``fresh=True``: a page of its own, closed on leaving). Tests that share a page must not depend on what an
+    earlier test did to it: each drives its own exercise, scrolled into view."""
     require_site(relpath)
-    with offline_browser() as browser:
-        yield browser.open(relpath, viewport=viewport)
+    key = (relpath, None if viewport is None else (viewport["width"], viewport["height"]))
+    if fresh or key not in _SITE_PAGES:
+        stack = contextlib.ExitStack()
+        browser = stack.enter_context(offline_browser())
+        entry = (stack, browser, browser.open(relpath, viewport=viewport))
+        if not fresh:
+            _SITE_PAGES[key] = entry
+    else:
+        entry = _SITE_PAGES[key]
+    stack, browser, page = entry
+    try:
+        yield page
         assert browser.blocked == [], f"external requests: {browser.blocked}"
         assert browser.page_errors == [], browser.page_errors
+    except BaseException:
+        _SITE_PAGES.pop(key, None)
+        stack.close()
+        raise
+    if fresh:
+        stack.close()
+
+
+def close_site_pages() -> None:
+    """Close every page ``site_page`` keeps open (called at the end of each test module)."""
+    while _SITE_PAGES:
+        _SITE_PAGES.popitem()[1][0].close()
 
 
 def skip_prediction(exercise) -> str:

@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import os
+import re
+import sys
 
 import pytest
 
@@ -27,24 +29,64 @@ BROWSER = (*SITE, "test_widget_pages", "test_widget_js", "test_jupyterlab")
 SLOW = ("test_realrun", "test_families", "test_engine_activations", "test_figures")
 
 
+MODULE_MARKERS = {"site": SITE, "browser": BROWSER, "slow": SLOW}
+
+
+def module_markers(name: str) -> set[str]:
+    """The markers every test of the module ``name`` (a file name) carries."""
+    return {marker for marker, prefixes in MODULE_MARKERS.items() if name.startswith(prefixes)}
+
+
+# The longest modules (seconds of one worker each, measured on the 2-core machine), run first: xdist hands whole files
+# to its two workers in collection order (``--dist loadfile``), so a long file that came last would run alone at the
+# end while the other worker idles.
+LONGEST_FIRST = (
+    "test_realrun.py",  # the real PyTorch runs: ~15 s, on forked ranks
+    "test_site_layout.py",  # every page at two widths: ~40 s
+    "08_4d_lab.ipynb",
+    "10_your_model.ipynb",
+    "test_jupyterlab.py",  # a JupyterLab server: ~13 s
+    "05_pipeline_parallel.ipynb",
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        name = item.path.name
-        if name.startswith(SITE):
-            item.add_marker(pytest.mark.site)
-        if name.startswith(BROWSER):
-            item.add_marker(pytest.mark.browser)
-        if name.startswith(SLOW):
-            item.add_marker(pytest.mark.slow)
+        for marker in module_markers(item.path.name):
+            item.add_marker(getattr(pytest.mark, marker))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 def pytest_ignore_collect(collection_path, config):
-    """Do not even import the modules a marker expression leaves out (``make check``: ``-m "not browser and not
-    slow"``): the slow ones import torch and transformers, which costs seconds per test process."""
-    expr = config.getoption("markexpr") or ""
+    """Do not even import the test modules a marker expression leaves out (``make check``: ``-m "not browser and not
+    slow"``; ``make test``'s browser part: ``-m browser``): the slow ones import torch and transformers, which costs
+    seconds per test process. Decided only when the expression names nothing but the module markers above; ``site``
+    and ``browser`` are only ever given by module, ``slow`` also by single tests."""
+    expr = config.getoption("markexpr")
     name = collection_path.name
-    if "not slow" in expr and name.startswith(SLOW):
-        return True
-    if "not browser" in expr and name.startswith(BROWSER):
-        return True
-    return None
+    if not expr or not (name.startswith("test_") and name.endswith(".py")):
+        return None
+    if not set(re.findall(r"[A-Za-z_]\w*", expr)) - {"and", "or", "not"} <= set(MODULE_MARKERS):
+        return None  # a marker set on single tests: pytest decides test by test
+    from _pytest.mark.expression import Expression  # pytest's own parser of -m expressions
+
+    compiled, markers = Expression.compile(expr), module_markers(name)
+
+    def matches(carried: set[str]) -> bool:
+        def has(marker: str, /, **_: str | int | bool | None) -> bool:
+            return marker in carried
+
+        return compiled.evaluate(has)
+
+    # ``slow`` is also set on single tests (``@pytest.mark.slow``): ignore the module only if no test of it can match
+    return True if not (matches(markers) or matches(markers | {"slow"})) else None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_site_pages():
+    """At the end of each module, close the site pages its tests shared (``browser.site_page``)."""
+    yield
+    browser = sys.modules.get("browser")
+    if browser is not None:
+        browser.close_site_pages()
