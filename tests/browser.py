@@ -30,7 +30,7 @@ from meshplan.grid import _members
 from meshplan.mesh import AXES
 
 if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, ViewportSize
+    from playwright.sync_api import BrowserContext, Page, ViewportSize
 
     from meshplan import Mesh
 
@@ -223,38 +223,32 @@ def horizontal_overflow(page) -> int:
 # about a second (a 0.2-0.7 MB page, MathJax, the exercises' scripts), and a module's tests each drive their own
 # exercise, so the second test on a page reuses it. ``close_site_pages`` (conftest, at the end of every module) closes
 # them, so no state crosses modules; a test that fails closes its page, so no failure leaves state for the next.
-_SITE_PAGES: dict[tuple, tuple[contextlib.ExitStack, OfflineBrowser, object]] = {}
+_SITE_PAGES: dict[tuple, tuple[contextlib.ExitStack, OfflineBrowser, Page]] = {}
 
 
 @contextlib.contextmanager
-def site_page(relpath: str, viewport: ViewportSize | None = None, fresh: bool = False) -> Iterator:
+def site_page(relpath: str, viewport: ViewportSize | None = None) -> Iterator:
     """A page of the built site (skipped if not built, see ``require_site``) in an offline context, at ``viewport``;
     on leaving, assert that it has requested nothing from the network and thrown no error.
 
     The page is loaded once per test module and viewport and handed again to the module's later tests that ask for
-    it (``fresh=True``: a page of its own, closed on leaving). Tests that share a page must not depend on what an
-    earlier test did to it: each drives its own exercise, scrolled into view."""
+    it. Tests that share a page must not depend on what an earlier test did to it: each drives its own exercise,
+    scrolled into view."""
     require_site(relpath)
     key = (relpath, None if viewport is None else (viewport["width"], viewport["height"]))
-    if fresh or key not in _SITE_PAGES:
+    if key not in _SITE_PAGES:
         stack = contextlib.ExitStack()
         browser = stack.enter_context(offline_browser())
-        entry = (stack, browser, browser.open(relpath, viewport=viewport))
-        if not fresh:
-            _SITE_PAGES[key] = entry
-    else:
-        entry = _SITE_PAGES[key]
-    stack, browser, page = entry
+        _SITE_PAGES[key] = (stack, browser, browser.open(relpath, viewport=viewport))
+    stack, browser, page = _SITE_PAGES[key]
     try:
         yield page
         assert browser.blocked == [], f"external requests: {browser.blocked}"
         assert browser.page_errors == [], browser.page_errors
     except BaseException:
-        _SITE_PAGES.pop(key, None)
+        del _SITE_PAGES[key]  # a failed test's page is not handed on
         stack.close()
         raise
-    if fresh:
-        stack.close()
 
 
 def close_site_pages() -> None:
