@@ -257,6 +257,20 @@ def close_site_pages() -> None:
         _SITE_PAGES.popitem()[1][0].close()
 
 
+def slider(widget, name: str):
+    """The slider of the control ``name`` in a widget (a locator)."""
+    return widget.locator(f'input.mp-slider[data-name="{name}"]')
+
+
+def slide(widget, name: str, key: str = "ArrowRight", times: int = 1) -> None:
+    """Move the slider ``name`` of a widget from the keyboard: focus it, press ``key`` (ArrowRight, ArrowLeft, Home,
+    End) ``times`` times."""
+    control = slider(widget, name)
+    control.focus()
+    for _ in range(times):
+        control.page.keyboard.press(key)
+
+
 def skip_prediction(exercise) -> str:
     """Press "Show me" on an exercise (a locator) and return the first line it shows."""
     exercise.locator(".mp-show").click()

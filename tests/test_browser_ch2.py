@@ -4,7 +4,7 @@ answer checked against the library now."""
 from __future__ import annotations
 
 import pytest
-from browser import choose, chosen, predict, site_page, skip_prediction
+from browser import choose, chosen, predict, site_page, skip_prediction, slide
 
 from meshplan import buckets, collectives, dp, load_hardware, load_model
 from meshplan.widgets import Result, compare
@@ -21,11 +21,6 @@ def _exposed(tokens: int, gb_s: int, grad_bytes: int = 2) -> float:
     )
 
 
-def _slide(page, exercise, name: str, key: str = "ArrowRight") -> None:
-    exercise.locator(f'input.mp-slider[data-name="{name}"]').focus()
-    page.keyboard.press(key)
-
-
 def test_chapter2_exposed_communication_exercise():
     with site_page(PAGE) as page:
         ex = page.locator("#mp-ex-ch2-exposed")
@@ -39,7 +34,7 @@ def test_chapter2_exposed_communication_exercise():
         assert skip_prediction(ex) == f"You skipped the prediction. The library says {_exposed(2048, 100):,.2f} s."
 
         for name in ("tokens", "bandwidth_gb_s"):  # 2,048 -> 4,096 tokens; 100 -> 160 GB/s
-            _slide(page, ex, name)
+            slide(ex, name)
         choose(ex, "grad_bytes", "fp32 (Megatron-LM, FSDP2)")
         assert (chosen(ex, "tokens"), chosen(ex, "bandwidth_gb_s")) == ("4096", "160")
         value = _exposed(4096, 160, 4)
@@ -57,7 +52,7 @@ def test_chapter2_accumulation_exercise_flags_what_an_engine_refuses():
         assert skip_prediction(ex) == f"You skipped the prediction. The library says {expected:,.1f} GB."
 
         choose(ex, "ledger", "FSDP2 (torchtitan)")
-        _slide(page, ex, "zero_stage", "ArrowLeft")  # ZeRO-1: FSDP2 has none, flagged at once
+        slide(ex, "zero_stage", "ArrowLeft")  # ZeRO-1: FSDP2 has none, flagged at once
         assert chosen(ex, "zero_stage") == "1"
         with pytest.raises(ValueError) as err:
             dp.ledger_sync_bytes(P, 8, "fsdp2", 1, 4)
@@ -76,11 +71,11 @@ def test_chapter2_allreduce_exercise_offers_nvlink_only_inside_a_node():
         gpus = ex.locator('input.mp-slider[data-name="gpus"]')
         assert chosen(ex, "link") == "NVLink" and chosen(ex, "gpus") == "4"
         assert gpus.get_attribute("max") == "2"  # 2, 4, 8: one node of the lab page's machine
-        _slide(page, ex, "gpus", "End")
+        slide(ex, "gpus", "End")
         assert chosen(ex, "gpus") == "8"
         choose(ex, "link", "InfiniBand")
         assert gpus.get_attribute("max") == "4"  # 2, 4, 8, 64, 512 between nodes
-        _slide(page, ex, "gpus", "End")
+        slide(ex, "gpus", "End")
         assert chosen(ex, "gpus") == "512"
         hw = load_hardware()
         value = collectives.transfer_time_s(

@@ -1,20 +1,29 @@
 """Chapter 5 in the built site (headless Chromium, offline, desktop and phone): the bubble exercise with its
-dependent chunk control, the schedule explorer drawn to one scale, and the DeepSeek tables that fit."""
+dependent chunk control, the schedule explorer drawn to one scale, the pipeline-design checklist, and the DeepSeek
+tables that fit."""
 
 from __future__ import annotations
 
 import pytest
-from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page, skip_prediction
+from browser import (
+    DESKTOP,
+    PHONE,
+    choose,
+    chosen,
+    horizontal_overflow,
+    predict,
+    site_page,
+    skip_prediction,
+    slide,
+    slider,
+)
 
 from meshplan import schedule
+from meshplan.lab import pipeline_design_checklist
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/05_pipeline_parallel.html"
 VIEWPORTS = pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
-
-
-def _slider(ex, name: str):
-    return ex.locator(f'input.mp-slider[data-name="{name}"]')
 
 
 @VIEWPORTS
@@ -24,13 +33,13 @@ def test_chapter5_bubble_exercise(viewport):
         ex = page.locator("#mp-ex-ch5-bubble")
         ex.scroll_into_view_if_needed()
         assert [chosen(ex, n) for n in ("schedule_kind", "p", "m", "v")] == ["1F1B", "8", "16", "1"]
-        assert _slider(ex, "v").is_disabled()  # 1F1B has no chunks to choose
+        assert slider(ex, "v").is_disabled()  # 1F1B has no chunks to choose
         assert ex.locator(".mp-check").is_disabled()  # nothing typed: nothing to check
         value = 100 * schedule.simulate("1f1b", 8, 16).bubble
         assert skip_prediction(ex) == f"You skipped the prediction. The library says {value:,.1f} %."
 
         choose(ex, "schedule_kind", "interleaved 1F1B")
-        v = _slider(ex, "v")
+        v = slider(ex, "v")
         assert not v.is_disabled() and v.get_attribute("max") == "2"  # v = 1, 2, 4
         v.focus()
         page.keyboard.press("End")
@@ -41,8 +50,8 @@ def test_chapter5_bubble_exercise(viewport):
         assert "10.9 %" in answer[0] and ex.locator(".mp-explanation").inner_text()
 
         choose(ex, "schedule_kind", "DualPipeV")
-        assert chosen(ex, "v") == "1" and _slider(ex, "v").is_disabled()
-        _slider(ex, "m").focus()
+        assert chosen(ex, "v") == "1" and slider(ex, "v").is_disabled()
+        slider(ex, "m").focus()
         page.keyboard.press("Home")  # m = 8 < 2p = 16
         with pytest.raises(ValueError) as err:
             schedule.simulate("dualpipev", 8, 8)
@@ -100,3 +109,49 @@ def test_chapter5_tables_typeset_their_math_and_fit_the_desktop():
                 "e => { const f = e.closest('.site-scroll') || e.parentElement; return f.scrollWidth - f.clientWidth; }"
             )
             assert frame <= 1, f"table {i} scrolls sideways at 1366 px"
+
+
+@VIEWPORTS
+def test_chapter5_pipeline_design_checklist_prints_the_library_lines(viewport):
+    ck = pipeline_design_checklist()
+    with site_page(PAGE, viewport=viewport) as page:
+        root = page.locator(f"#{ck.dom_id}")
+        root.scroll_into_view_if_needed()
+        names = ("tp", "cp", "pp", "zero", "recompute", "b", "m")
+        assert (
+            [chosen(root, n) for n in names]
+            == [str(ck.defaults[n]) for n in names]
+            == [
+                "4",
+                "1",
+                "4",
+                "0",
+                "full",
+                "1",
+                "8",
+            ]
+        )
+        assert root.locator(".mp-check").is_enabled()
+        root.locator(".mp-check").click()
+        start = root.locator(".mp-answer").inner_text()
+        assert start == ck.report(**ck.defaults)
+        assert start.startswith("3 of 6 checks pass; failing: acceptable bubble, global batch, the search.")
+        # PP 2, ZeRO-1, selective recomputation, m = 16: one of the plans that pass every line
+        slide(root, "pp", "ArrowLeft")
+        slide(root, "zero", "End")
+        choose(root, "recompute", "selective")
+        slide(root, "m", "ArrowRight")
+        assert root.locator(".mp-answer").inner_text() == ""  # moving a control clears the lines
+        root.locator(".mp-check").click()
+        plan = {"tp": 4, "cp": 1, "pp": 2, "zero": 1, "recompute": "selective", "b": 1, "m": 16}
+        assert plan in ck.passing()
+        assert root.locator(".mp-answer").inner_text() == ck.report(**plan)
+        assert root.locator("li.mp-fail").count() == 0
+        # TP 4 on 32 GPUs leaves PP at most 8, whose DP of 1 has no optimizer to shard: ZeRO falls back to 0
+        slide(root, "pp", "End")
+        assert chosen(root, "pp") == "8" and chosen(root, "zero") == "0" and slider(root, "zero").is_disabled()
+        assert int(chosen(root, "m")) >= 8  # m >= p
+        root.locator(".mp-check").click()
+        values = {n: type(plan[n])(chosen(root, n)) for n in names}
+        assert root.locator(".mp-answer").inner_text() == ck.report(**values)
+        assert horizontal_overflow(page) == 0

@@ -6,7 +6,7 @@ plan-design checklists and read the same lines ``meshplan.design`` prints, on a 
 from __future__ import annotations
 
 import pytest
-from browser import DESKTOP, PHONE, check_grid_rank, choose, chosen, horizontal_overflow, predict, site_page
+from browser import DESKTOP, PHONE, check_grid_rank, choose, chosen, horizontal_overflow, predict, site_page, slide
 
 from meshplan import Mesh, Plan, evaluate
 from meshplan.lab import design_checklist_8, design_checklist_64, heaviest_exercise
@@ -59,12 +59,6 @@ def test_chapter8_exercise_control_and_check():
         assert ex.locator(".mp-explanation").inner_text() == expected.explanation
 
 
-def _slide(root, page, name: str, key: str, times: int = 1) -> None:
-    root.locator(f'input.mp-slider[data-name="{name}"]').focus()
-    for _ in range(times):
-        page.keyboard.press(key)
-
-
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
 def test_chapter8_plan_design_checklist_prints_the_library_lines(viewport):
     ck = design_checklist_8()
@@ -84,10 +78,10 @@ def test_chapter8_plan_design_checklist_prints_the_library_lines(viewport):
         root.locator(".mp-check").click()
         assert root.locator(".mp-answer").inner_text() == ck.report(**ck.defaults)
         # TP 2 x DP 4, ZeRO-3, selective, m = 16: the lab ledger's fastest plan
-        _slide(root, page, "tp", "ArrowRight")
-        _slide(root, page, "zero", "End")
+        slide(root, "tp", "ArrowRight")
+        slide(root, "zero", "End")
         choose(root, "recompute", "selective")
-        _slide(root, page, "m", "ArrowRight")
+        slide(root, "m", "ArrowRight")
         assert root.locator(".mp-answer").inner_text() == ""  # moving a control clears the lines
         root.locator(".mp-check").click()
         plan = {"tp": 2, "cp": 1, "pp": 1, "zero": 3, "recompute": "selective", "b": 1, "m": 16, "ledger": "lab"}
@@ -99,7 +93,7 @@ def test_chapter8_plan_design_checklist_prints_the_library_lines(viewport):
         assert root.locator(".mp-answer").inner_text() == ck.report(**{**plan, "ledger": "fsdp2"})
         assert root.locator("li.mp-fail").first.inner_text().startswith("✗ memory fits:")
         # TP 8 leaves no room for CP or PP: their sliders offer one value and are disabled
-        _slide(root, page, "tp", "End")
+        slide(root, "tp", "End")
         assert chosen(root, "tp") == "8"
         assert root.locator('input.mp-slider[data-name="cp"]').is_disabled()
         assert root.locator('input.mp-slider[data-name="pp"]').is_disabled()
@@ -113,7 +107,7 @@ def test_chapter8_second_checklist_flags_tp_across_nodes():
     with site_page(CH8) as page:
         root = page.locator(f"#{ck.dom_id}")
         root.scroll_into_view_if_needed()
-        _slide(root, page, "tp", "End")  # TP 16 on nodes of 8 GPUs
+        slide(root, "tp", "End")  # TP 16 on nodes of 8 GPUs
         assert chosen(root, "tp") == "16"
         root.locator(".mp-check").click()
         values = {c.name: c.default for c in ck.controls} | {"tp": 16, "pp": 2}

@@ -15,7 +15,7 @@ from saved_notebook import printed
 
 from meshplan import Plan, activations, evaluate, evolution, load_model, pp, published, schedule, tp
 from meshplan.accounting import get_accounting
-from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
+from meshplan.lab import DESIGN_PIPELINE, LAB_8_GPUS, LAB_64_GPUS, lab_plan, pipeline_design_checklist
 from meshplan.plotting import TimelineExplorer, gantt, gantt_grid, timeline_svg
 from meshplan.units import fmt_gb, fmt_mb, fmt_pct
 
@@ -325,3 +325,28 @@ def test_figures_and_explorer_are_deterministic():
         ex._repr_html_()
         == TimelineExplorer("x", kinds=["interleaved", "dualpipe"], pps=[3, 4], mbs=[8], vs=[1, 2])._repr_html_()
     )
+
+
+def test_the_pipeline_design_checklist_has_four_answers_all_pipelines():
+    """Chapter 5's plan design (the anchor on 32 GPUs, B = 64, Megatron-LM's ledger): its start fails the bubble, the
+    global batch and the search; exactly four settings pass every line, each TP 4 with a pipeline and ZeRO-1."""
+    ck = pipeline_design_checklist()
+    assert DESIGN_PIPELINE == {"gpus": 32, "seq": 4096, "global_batch": 64}
+    start = ck.report(**ck.defaults).split("\n")
+    assert start[0] == "3 of 6 checks pass; failing: acceptable bubble, global batch, the search."
+    assert start[4] == "✗ acceptable bubble: (p − 1)/m = 3/8 = 37.5 % > 10 %"
+    assert start[5] == "✗ global batch: dp × b × m = 2 × 1 × 8 = 16 ≠ B = 64; m = 32 would do"
+    base = {"tp": 4, "cp": 1, "zero": 1, "b": 1}
+    assert ck.passing() == [
+        {**base, "pp": 2, "recompute": "none", "m": 16},
+        {**base, "pp": 2, "recompute": "selective", "m": 16},
+        {**base, "pp": 4, "recompute": "none", "m": 32},
+        {**base, "pp": 4, "recompute": "selective", "m": 32},
+    ]
+    # TP 8 is refused for the anchor's 4 KV heads; PP 8 leaves m = 64 and a bubble of 7/64 = 10.9 %
+    tp8 = {ln.name: ln for ln in ck.lines(**{**base, "tp": 8, "pp": 1, "recompute": "selective", "m": 16})}
+    assert tp8["memory fits"].reason == "tp=8 does not divide 4 KV heads"
+    deep = ck.lines(**{**base, "pp": 8, "zero": 0, "recompute": "selective", "m": 64})
+    assert [ln.text for ln in deep if ln.name == "acceptable bubble"] == [
+        "✗ acceptable bubble: (p − 1)/m = 7/64 = 10.9 % > 10 %"
+    ]

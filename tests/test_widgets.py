@@ -545,6 +545,18 @@ def test_checklist_tables_are_per_line(plan_ck):
     assert [len(table[c.name]) for c in plan_ck.checks] == [4 * 4 * 3, 4 * 3, 4]
 
 
+def test_checklist_passing_is_every_setting_whose_every_line_passes():
+    ck = Checklist(
+        "sums",
+        "q",
+        {"a": [1, 2, 3], "b": [1, 2, 3]},
+        [Check("sum at most 4", lambda a, b: (a + b <= 4, "")), Check("a odd", lambda a: (a % 2 == 1, ""))],
+        depends={"b": lambda a: [b for b in (1, 2, 3) if b >= a]},  # b = 1 is not offered with a = 2 or 3
+    )
+    assert ck.passing() == [{"a": 1, "b": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 3}]
+    assert [v for v in ck.combinations() if v["a"] == 3] == [{"a": 3, "b": 3}]  # fails "sum at most 4"
+
+
 def test_checklist_report(plan_ck):
     r = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=2, pp=4, zero=1, recompute="full"))
     assert plan_ck.report(tp=2, pp=4, zero_stage=1, m=8) == (

@@ -5,7 +5,8 @@ Every row is a set of ``Plan.create`` arguments; the lab page's numbers come fro
 
 * ``LAB_8_GPUS``, ``LAB_64_GPUS``: the lab page's two tables, in its convention (each row at m = 8 micro-batches of
   one sequence, so their global batches differ: compare them per token, ``bytes_per_token``).
-* ``DESIGN_8_GPUS``, ``DESIGN_64_GPUS``: the chapter's plan-design exercises (GPUs, sequence length, global batch).
+* ``DESIGN_8_GPUS``, ``DESIGN_64_GPUS``: chapter 8's plan-design exercises (GPUs, sequence length, global batch);
+  ``DESIGN_PIPELINE``: chapter 5's, a pipeline on four machines in Megatron-LM's ledger.
 * ``LEDGER_COMPARISON_8``: 8-GPU plans at one global batch, for the lab ledger against the engines'.
 * ``LONG_CONTEXT_64``: 64-GPU plans at s = 131,072 and one token budget per step.
 
@@ -45,6 +46,7 @@ LAB_64_GPUS: tuple[dict[str, Any], ...] = (
 
 DESIGN_8_GPUS: dict[str, Any] = {"gpus": 8, "seq": 4096, "global_batch": 64}  # 262,144 tokens per step
 DESIGN_64_GPUS: dict[str, Any] = {"gpus": 64, "seq": 4096, "global_batch": 512}  # 2,097,152 tokens per step
+DESIGN_PIPELINE: dict[str, Any] = {"gpus": 32, "seq": 4096, "global_batch": 64}  # four machines, 262,144 tokens
 
 # One machine at the 8-GPU exercise's global batch (64 sequences): the lab page's DP 8 plan, its TP 8 plan with the
 # micro-batches that batch needs, and TP 4 x DP 2, the widest TP the engines accept for the anchor's 4 KV heads.
@@ -167,6 +169,30 @@ def design_checklist_64(results: Mapping[str, Any] | None = None):
         micro_batches=(8, 16, 32, 64, 128, 256, 512),
         results=results,
         defaults={"tp": 4, "pp": 2, "zero": 1, "recompute": "selective", "m": 16},
+    )
+
+
+def pipeline_design_checklist(results: Mapping[str, Any] | None = None):
+    """Chapter 5's plan-design checklist: the anchor on four machines (``DESIGN_PIPELINE``) in Megatron-LM's ledger
+    (the engine whose flags the TP × PP × DP tuning article turns), no CP; ZeRO 0 or 1 (Megatron's distributed
+    optimizer is the usual companion of a pipeline; its ZeRO-2/3 path, Megatron-FSDP, is not verified with PP:
+    ``data/engines/conventions.md``, ``refuses_zero2_3_with_pp``); m from 4 to the global batch. It starts from
+    TP 4 × PP 4 with full recomputation and m = 8, which fails the bubble, the global batch and the search."""
+    from .design import plan_checklist
+
+    return plan_checklist(
+        "ch5-design",
+        ANCHOR,
+        **DESIGN_PIPELINE,
+        tp=(1, 2, 4, 8),
+        cp=(1,),
+        pp=(1, 2, 4, 8, 16),
+        zero=(0, 1),
+        micro_batch_size=(1,),
+        micro_batches=(4, 8, 16, 32, 64),
+        ledgers=("megatron",),
+        results=results,
+        defaults={"tp": 4, "pp": 4, "zero": 0, "recompute": "full", "m": 8},
     )
 
 

@@ -313,6 +313,10 @@ class Checklist(StaticWidget):
     def entry(self, **values: Any) -> list[Line]:
         return self.lines(**values)
 
+    def passing(self) -> list[dict[str, Any]]:
+        """Every allowed setting (in the controls' order) whose every line passes: the exercise's answers."""
+        return [v for v in self.combinations() if all(ln.ok for ln in self.lines(**v))]
+
     def report(self, **values: Any) -> str:
         """The text the page shows after the button: a summary, then one line per check."""
         lines = self.lines(**values)
