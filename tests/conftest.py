@@ -37,25 +37,10 @@ def module_markers(name: str) -> set[str]:
     return {marker for marker, prefixes in MODULE_MARKERS.items() if name.startswith(prefixes)}
 
 
-# The longest modules (seconds of one worker each, measured on the 2-core machine), run first: xdist hands whole files
-# to its two workers in collection order (``--dist loadfile``), so a long file that came last would run alone at the
-# end while the other worker idles.
-LONGEST_FIRST = (
-    "test_realrun.py",  # the real PyTorch runs: ~15 s, on forked ranks
-    "test_site_layout.py",  # every page at two widths: ~40 s
-    "08_4d_lab.ipynb",
-    "10_your_model.ipynb",
-    "test_jupyterlab.py",  # a JupyterLab server: ~13 s
-    "05_pipeline_parallel.ipynb",
-)
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for marker in module_markers(item.path.name):
             item.add_marker(getattr(pytest.mark, marker))
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 def pytest_ignore_collect(collection_path, config):
