@@ -625,3 +625,25 @@ def test_published_figures_have_sources():
         "h100_sxm_fp8_dense_peak_flop_per_s",
     ):
         assert data[key]["source"] and published.value(key) in (1, 2, 1.979e15)
+
+
+def test_a_checklist_setting_is_the_plan_its_lines_check():
+    setting = {"tp": 4, "cp": 1, "pp": 2, "zero": 1, "recompute": "selective", "b": 1, "m": 16}
+    p = design.setting_plan("qwen3.8-27b", 32, 4096, setting, ledger="megatron")
+    assert (p.dims.label(), p.zero, p.recompute, p.micro_batch_size, p.micro_batches) == (
+        "TP 4 × PP 2 × DP 4",
+        1,
+        "selective",
+        1,
+        16,
+    )
+    assert p.accounting.name == "megatron" and p.global_batch == 64
+    fsdp2 = design.setting_plan("qwen3.8-27b", 32, 4096, {**setting, "zero": 2, "ledger": "fsdp2"})  # the setting's own
+    assert fsdp2.accounting.name == "fsdp2"
+    # m follows the shape: dp × b × m = B
+    assert design.with_global_batch(setting, 32, 64, pp=1)["m"] == 8
+    assert design.with_global_batch(setting, 32, 64, tp=1, pp=1, b=2)["m"] == 1
+    with pytest.raises(ValueError, match="global batch 64 is not divisible by dp × micro-batch size = 32 × 4"):
+        design.with_global_batch(setting, 32, 64, tp=1, pp=1, b=4)
+    with pytest.raises(ValueError, match="does not divide gpus=32"):
+        design.with_global_batch(setting, 32, 64, tp=8, pp=8)

@@ -20,7 +20,8 @@ reason with its numbers (GB = 10⁹ B).
   within the model's tie band share a rank), against the fastest; passes within the top ``TOP_RANK`` (10).
 
 ``check_plan(plan, global_batch, result)`` runs every line on one plan; ``plan_checklist(...)`` builds the
-chapter's ``widgets.Checklist``, whose every line reads only the controls it needs (small tables, a light page).
+chapter's ``widgets.Checklist``, whose every line reads only the controls it needs (small tables, a light page);
+``setting_plan`` is the plan one of its settings describes, ``with_global_batch`` a setting whose m fills the batch.
 
     >>> from meshplan import Plan
     >>> p = Plan.create("qwen3.8-27b", gpus=8, zero=3, recompute="full", micro_batches=8)
@@ -45,7 +46,7 @@ from .dims import ParallelDims
 from .hardware import Hardware, load_hardware
 from .mesh import INFINIBAND, Mesh
 from .model import load_model
-from .plan import TRAFFIC, Plan, evaluate
+from .plan import TRAFFIC, Plan, Workload, evaluate
 from .pp import bubble_fraction
 from .reporting import TRAFFIC_LABELS, link_name
 from .search import SearchResult, tied_ranks
@@ -80,7 +81,9 @@ __all__ = [
     "placement",
     "plan_checklist",
     "search_line",
+    "setting_plan",
     "tp_line",
+    "with_global_batch",
 ]
 
 
@@ -289,6 +292,41 @@ def narayanan_bubbles() -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- the checklist
+def setting_plan(
+    model: Any, gpus: int, seq: int, setting: Mapping[str, Any], *, hardware: Any = None, ledger: str = "lab"
+) -> Plan:
+    """The plan a checklist setting describes: ``plan_checklist``'s controls (tp, cp, pp, zero, recompute, b, m, and
+    ledger if the setting has one, else ``ledger``) on ``gpus`` GPUs for sequences of ``seq`` tokens, DP what is left,
+    uneven stages allowed (the engines' ``--decoder-first/last-pipeline-num-layers``)."""
+    return Plan.create(
+        model,
+        gpus,
+        tp=setting["tp"],
+        cp=setting.get("cp", 1),
+        pp=setting["pp"],
+        zero=setting["zero"],
+        recompute=setting["recompute"],
+        micro_batch_size=setting["b"],
+        micro_batches=setting["m"],
+        seq=seq,
+        hardware=hardware,
+        accounting=setting.get("ledger", ledger),
+        uneven_stages=True,
+    )
+
+
+def with_global_batch(setting: Mapping[str, Any], gpus: int, global_batch: int, **changes: Any) -> dict[str, Any]:
+    """``setting`` with ``changes`` and its m set so that dp × b × m = ``global_batch`` (dp = gpus ÷ (tp × cp × pp));
+    ValueError when the shape does not divide the GPUs or the batch.
+
+        >>> with_global_batch({"tp": 4, "pp": 2, "b": 1, "m": 8}, 32, 64, pp=4)
+        {'tp': 4, 'pp': 4, 'b': 1, 'm': 32}
+    """
+    v = {**setting, **changes}
+    dims = ParallelDims.from_gpus(gpus, tp=v["tp"], cp=v.get("cp", 1), pp=v["pp"])
+    return {**v, "m": Workload.micro_batches_for(global_batch, dims.dp, v["b"])}
+
+
 def _reading(names: Sequence[str], fn: Callable[..., Line]) -> Callable[..., tuple[bool, str]]:
     """``fn`` as a ``Check`` test that reads exactly the controls ``names`` (its visible parameters)."""
 
@@ -346,21 +384,8 @@ def plan_checklist(
         return ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp)
 
     def plan(tp, cp, pp, zero, recompute, b, m, ledger) -> Plan:
-        return Plan.create(
-            spec,
-            gpus,
-            tp=tp,
-            cp=cp,
-            pp=pp,
-            zero=zero,
-            recompute=recompute,
-            micro_batch_size=b,
-            micro_batches=m,
-            seq=seq,
-            hardware=machine,
-            accounting=ledger,
-            uneven_stages=True,
-        )
+        setting = {"tp": tp, "cp": cp, "pp": pp, "zero": zero, "recompute": recompute, "b": b, "m": m}
+        return setting_plan(spec, gpus, seq, setting, hardware=machine, ledger=ledger)
 
     only = ledgers[0]
 
