@@ -1,24 +1,20 @@
-"""``python -m meshplan plan``: the --json contract, the table, and one-line errors with exit code 2.
+"""``meshplan plan``: the --json contract, the table, and one-line errors with exit code 2.
 
-Every command runs as a real subprocess (``sys.executable -m meshplan``) from the repository root; the
-subprocesses of this module are started together once and their results shared, to keep the suite fast.
+Every case runs in process (``commands.run``); ``test_real_processes_print_what_the_tests_read`` runs a sample of
+every command as real ``python -m meshplan`` processes and checks that they print the same, byte for byte.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from commands import run, run_processes
 
 from meshplan import Plan, evaluate
 from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
-
-REPO = Path(__file__).resolve().parents[1]
 
 CONTRACT = ["model", "params", "gpus", "mesh", "memory_bytes", "fits", "comm_bytes_per_step", "link", "bubble"]
 DIMS = ["dp", "tp", "pp", "cp", "ep", "edp"]  # the five dimensions and the expert-data-parallel sync
@@ -90,11 +86,12 @@ KV6 = {  # a Llama-style config with 24 query heads and 6 KV heads
 
 def _argv(spec: str, tmp: Path) -> list[str]:
     args = spec.replace("{tmp}", str(tmp)).split()
-    return [sys.executable, "-m", "meshplan"] + (["plan", *args] if args != [] else [])
+    return ["plan", *args] if args != [] else []
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def config_dir(tmp_path_factory):
+    """A temporary directory holding the bad configs the specs name as {tmp}."""
     tmp = tmp_path_factory.mktemp("cli")
     (tmp / "kv6.json").write_text(json.dumps(KV6))
     (tmp / "broken.json").write_text('{"model_type": "llama", "hidden_size": ')
@@ -117,26 +114,55 @@ def runs(tmp_path_factory):
     )
     (tmp / "textcfg.json").write_text(json.dumps({"model_type": "qwen3_5", "text_config": 5}))
     (tmp / "kv0.json").write_text(json.dumps({**KV6, "num_key_value_heads": 0}))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "lib")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    specs = {**OK, **{k: v[0] for k, v in BAD.items()}, **EDGE_CASES, **{k: v[0] for k, v in MALFORMED.items()}}
-    procs = {
-        name: subprocess.Popen(
-            _argv(spec, tmp),
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-        )
-        for name, spec in specs.items()
-    }
-    out = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=60)
-        out[name] = (proc.returncode, stdout, stderr)
-    return out
+    return tmp
+
+
+SPECS = {**OK, **{k: v[0] for k, v in BAD.items()}, **EDGE_CASES, **{k: v[0] for k, v in MALFORMED.items()}}
+
+
+@pytest.fixture(scope="module")
+def runs(config_dir):
+    return {name: run(_argv(spec, config_dir)) for name, spec in SPECS.items()}
+
+
+# A sample of every command run as real processes: a report as JSON and as a table, bad input (the library's and
+# argparse's), a malformed config, no command, and the schedule, search and export commands (whose other cases run
+# in process in their own modules).
+PROCESS_SAMPLE = {
+    "plan_json": _argv(OK["lab64_zero1_json"], Path("{tmp}")),
+    "plan_table": _argv(OK["lab8_selective_table"], Path("{tmp}")),
+    "plan_bad": _argv(BAD["tp_kv_heads"][0], Path("{tmp}")),
+    "plan_malformed": _argv(MALFORMED["n_inner_word"][0], Path("{tmp}")),
+    "argparse_error": _argv(BAD["gpus_word"][0], Path("{tmp}")),
+    "no_command": [],
+    "schedule_json": ["schedule", "--kind", "dualpipe", "--pp", "8", "--micro-batches", "16", "--json"],
+    "schedule_bad": ["schedule", "--kind", "zb-h1", "--pp", "8", "--micro-batches", "4"],
+    "search_table": ["search", "--model", "qwen3.8-27b", "--gpus", "8", "--global-batch", "8"],
+    "export_megatron": [
+        "export",
+        "--format",
+        "megatron",
+        "--model",
+        "qwen3.8-27b",
+        "--gpus",
+        "64",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--global-batch",
+        "64",
+    ],
+}
+
+
+def test_real_processes_print_what_the_tests_read(config_dir):
+    argvs = {name: [a.replace("{tmp}", str(config_dir)) for a in argv] for name, argv in PROCESS_SAMPLE.items()}
+    real = run_processes(argvs)
+    for name, argv in argvs.items():
+        assert real[name] == run(argv), name
+    assert [real[n].returncode for n in argvs] == [0, 0, 2, 2, 2, 2, 0, 2, 0, 0]
+    assert all("Traceback" not in r.stdout + r.stderr for r in real.values())
 
 
 def _strict_json(text: str):

@@ -7,15 +7,12 @@ each (a hang fails the test).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
+from commands import run
 from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from meshplan import cli
 
 VALUES = [
     "1",
@@ -111,16 +108,6 @@ def schedule_argv(draw):
     if draw(st.booleans()):
         argv.append("--json")
     return argv
-
-
-def run(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = cli.main(argv)
-        except SystemExit as exc:  # argparse's --help; never for bad input
-            rc = int(exc.code or 0)
-    return rc, out.getvalue(), err.getvalue()
 
 
 def check(argv: list[str]) -> None:

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import run
 
 from meshplan import Mesh, Plan, evaluate, load_model, published
 from meshplan.export import megatron
 from meshplan.plan import spread_layers
 
-ROOT = Path(__file__).resolve().parents[1]
 DSV3 = load_model("deepseek-v3")
 
 
@@ -147,19 +144,14 @@ def test_cli_and_export_carry_expert_tp():
         "--recompute",
         "full",
     ]
-    out = subprocess.run(
-        [sys.executable, "-m", "meshplan", "plan", *args, "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = run(["plan", *args, "--json"])
+    assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["mesh"] == {"tp": 2, "cp": 1, "ep": 64, "dp": 32, "pp": 16}
     assert report["settings"]["expert_tp"] == 1 and report["link"]["ep"] == "infiniband"
     i = args.index("--expert-tp")
     without = args[:i] + args[i + 2 :]
-    bad = subprocess.run([sys.executable, "-m", "meshplan", "plan", *without], cwd=ROOT, capture_output=True, text=True)
+    bad = run(["plan", *without])
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["meshplan: error: ep=64 does not divide dp×cp = 32×1 = 32"]
     layout = (3,) + (4,) * 14 + (2,)  # Megatron's flags set the first and last stage only

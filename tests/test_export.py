@@ -3,17 +3,12 @@ named engine version's argument list (data/engines/), the mappings, and ``python
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from commands import run
 
 from meshplan import Plan, published
 from meshplan.export import engine_file, engine_options, export_text, megatron, price_note, toml, torchtitan
 from meshplan.plan import spread_layers
-
-REPO = Path(__file__).resolve().parents[1]
 
 # Seed 004 (the TP x PP x DP tuning article), step 5, quoting Megatron-LM's guide: LLaMA-3 70B on 64 GPUs.
 SEED_004_TORCHRUN = ["torchrun", "--nproc_per_node=8"]
@@ -208,7 +203,7 @@ def test_engine_files_name_their_versions_and_sources():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "meshplan", "export", *args], cwd=REPO, capture_output=True, text=True)
+    return run(["export", *args])  # in process; test_cli runs a sample as real processes
 
 
 def test_cli_export():

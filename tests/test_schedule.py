@@ -4,18 +4,15 @@ dependencies on the timeline, bad input, and the ``schedule`` command line."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from fractions import Fraction
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
+from commands import run
 
 from meshplan import activations, pp
 from meshplan import schedule as S
 
-REPO = Path(__file__).resolve().parents[1]
 PS = (2, 3, 4, 6, 8)
 MS = (8, 12, 16, 24, 32)
 
@@ -463,17 +460,11 @@ CLI_BAD = {
 
 @pytest.fixture(scope="module")
 def cli_results():
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "meshplan", "schedule", *argv.split()],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    """Every case in process (``commands.run``; test_cli runs a sample of them as real processes)."""
+    return {
+        name: run(["schedule", *argv.split()])
         for name, argv in {**CLI_OK, **{k: v[0] for k, v in CLI_BAD.items()}}.items()
     }
-    return {name: (p.wait(timeout=60), *p.communicate()) for name, p in procs.items()}
 
 
 def test_cli_json_contract(cli_results):

@@ -5,19 +5,16 @@ search's speed is measured by scripts/benchmark.py, never by a timed test."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from commands import run
 
 from meshplan import Plan, evaluate
 from meshplan.plan import spread_layers
 from meshplan.search import format_search, search, step_time, tie_band, tied_ranks
 from meshplan.steptime import Execution, execution_for, fit_data
 
-REPO = Path(__file__).resolve().parents[1]
 H100 = "h100-sxm-80gb"
 
 
@@ -228,7 +225,7 @@ def test_each_rejection_names_its_first_failing_constraint():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "meshplan", *args], cwd=REPO, capture_output=True, text=True)
+    return run(list(args))  # in process; test_cli runs a sample as real processes
 
 
 def test_cli_search_json_and_table():
