@@ -37,10 +37,27 @@ def module_markers(name: str) -> set[str]:
     return {marker for marker, prefixes in MODULE_MARKERS.items() if name.startswith(prefixes)}
 
 
+# The longest files (seconds of one worker each, measured on the 2-core machine), run first. xdist hands whole files to
+# its two workers (``--dist loadfile``) in collection order (``--no-loadscope-reorder`` in pytest.ini: by default it
+# would sort them by their number of tests, which put the 2-test JupyterLab file last, running alone for 12 s while the
+# other worker had finished); the rest then go to whichever worker is free. Only the order depends on this list.
+LONGEST_FIRST = (
+    "test_site_layout.py",  # every page of the site at two widths: ~40 s
+    "test_realrun.py",  # the real PyTorch runs, on forked ranks: ~19 s
+    "test_jupyterlab.py",  # a JupyterLab server running chapter 1: ~12 s
+    "08_4d_lab.ipynb",  # ~9.5 s
+    "10_your_model.ipynb",  # ~9.3 s
+    "test_widget_pages.py",  # ~9 s
+    "test_properties.py",  # ~7 s
+)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for marker in module_markers(item.path.name):
             item.add_marker(getattr(pytest.mark, marker))
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 def pytest_ignore_collect(collection_path, config):
