@@ -158,7 +158,7 @@ REPORT_JS = r"""async () => {
     left: outer.classList.contains('site-more-left'),
     right: outer.classList.contains('site-more-right'),
   });
-  const tables = [];
+  const tables = [], scrolled = [];
   for (const table of document.querySelectorAll('.bd-article table')) {
     if (table.closest("[class^='mp-'], [class*=' mp-']")) continue;  // the exercise widgets' own layout
     const outer = frame(table), box = outer && outer.querySelector('.site-scroll__box');
@@ -172,21 +172,28 @@ REPORT_JS = r"""async () => {
       t.focusable = box.getAttribute('tabindex') === '0';
       const firsts = [...table.querySelectorAll('tr')].map((row) => row.firstElementChild).filter(Boolean);
       t.sticky = firsts.every((cell) => getComputedStyle(cell).position === 'sticky');
-      if (t.hidden > 1) {
-        box.scrollLeft = box.scrollWidth;
-        await nextFrame();
-        t.end = state(outer);
-        const boxLeft = box.getBoundingClientRect().left;
-        t.firstColumnHeld = firsts.every((cell) => Math.abs(cell.getBoundingClientRect().left - boxLeft) <= 1.5);
-        const last = [...table.querySelectorAll('tr')].map((row) => row.lastElementChild).filter(Boolean);
-        const boxRight = box.getBoundingClientRect().right;
-        t.lastColumnReached = last.every((cell) => cell.getBoundingClientRect().right <= boxRight + 1.5);
-        box.scrollLeft = 0;
-        await nextFrame();
-      }
+      if (t.hidden > 1) scrolled.push({t, table, outer, box, firsts});
     }
     tables.push(t);
   }
+  // Every table that overflows is scrolled to its end at once (each frame's cue follows its own scroll events), read
+  // after the next frame, then scrolled back: two frames per page rather than two per table.
+  for (const {box} of scrolled) box.scrollLeft = box.scrollWidth;
+  if (scrolled.length) await nextFrame();
+  for (const {t, table, outer, box, firsts} of scrolled) {
+    t.end = state(outer);
+    const boxLeft = box.getBoundingClientRect().left;
+    t.firstColumnHeld = firsts.every((cell) => Math.abs(cell.getBoundingClientRect().left - boxLeft) <= 1.5);
+    const last = [...table.querySelectorAll('tr')].map((row) => row.lastElementChild).filter(Boolean);
+    const boxRight = box.getBoundingClientRect().right;
+    t.lastColumnReached = last.every((cell) => cell.getBoundingClientRect().right <= boxRight + 1.5);
+  }
+  for (const {box} of scrolled) box.scrollLeft = 0;
+  if (scrolled.length) await nextFrame();
+  // The cues fade in and out (site.css: a 0.15 s transition): read the equations' cues once they have settled.
+  // (Polled: Chromium leaves the ``finished`` promise of a reversed transition pending.)
+  const fading = () => document.getAnimations().some((a) => a instanceof CSSTransition && a.playState === 'running');
+  for (let i = 0; i < 120 && fading(); i++) await nextFrame();
   const equations = [...document.querySelectorAll('.bd-article mjx-container[display="true"]')].map((eq) => {
     const outer = frame(eq), box = outer && outer.querySelector('.site-scroll__box');
     const e = {framed: Boolean(box)};
