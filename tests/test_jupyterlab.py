@@ -202,11 +202,16 @@ def test_an_exercise_is_live_move_a_slider_type_a_prediction_check_it(notebook):
     answer = exercise.locator(".widget-html").last
 
     def feedback_for(typed: str) -> str:
+        """The feedback for ``typed``: waits for a graded answer other than the one shown before (the kernel answers
+        asynchronously, and the previous answer already says "The library says")."""
+        shown = answer.inner_text()
         prediction.fill(typed)
         prediction.press("Enter")  # commits the value (and submits, where the widget grades on Enter)
         check.click()
         page.wait_for_function(
-            "el => /The library says/.test(el.innerText)", arg=answer.element_handle(), timeout=15_000
+            "([el, old]) => el.innerText !== old && /The library says/.test(el.innerText)",
+            arg=[answer.element_handle(), shown],
+            timeout=15_000,
         )
         return answer.inner_text()
 
