@@ -1,6 +1,6 @@
 # Build and test the course book.
 #   make venv      create .venv and install requirements.txt (re-runs only when it changes)
-#   make chromium  install Debian's chromium (headless browser tests) if missing
+#   make chromium  install Debian's chromium-headless-shell (the browser tests' Chromium) if missing
 #   make book      execute every notebook and build the HTML site, failing on any warning
 #   make test      unit, property, CLI and doctest tests + strict nbval (each notebook executed once), then
 #                  the site built from the outputs nbval has just verified, then the browser checks
@@ -24,7 +24,7 @@ PYTHON   ?= python3
 VENV     := .venv
 VENV_BIN := $(VENV)/bin
 STAMP    := $(VENV)/.requirements.stamp
-CHROMIUM := /usr/bin/chromium
+CHROMIUM := /usr/bin/chromium-headless-shell
 BUILD_LOG := _build/book.log
 
 PYTEST   := $(VENV_BIN)/python -m pytest
@@ -49,7 +49,7 @@ chromium:
 	else \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update; \
-	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium-headless-shell; \
 	  test -x $(CHROMIUM); \
 	fi
 
