@@ -87,6 +87,7 @@ check: venv
 
 lint: venv
 	$(VENV_BIN)/ruff check lib tests scripts
+	$(VENV_BIN)/ruff check --select F --ignore F811 notebooks  # pyflakes only; a visible cell may re-import
 	$(VENV_BIN)/ruff format --check lib tests scripts
 	$(VENV_BIN)/mypy
 
