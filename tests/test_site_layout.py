@@ -428,7 +428,12 @@ def test_menu_collapses_the_sidebar_on_the_desktop(chromium):
         assert not page.locator("#pst-primary-sidebar-modal").is_visible(), "☰ opened a dialog instead"
         assert button.get_attribute("aria-expanded") == "false"
         assert article.bounding_box()["width"] > before + 100, "the text did not get the room"
-        v.open("notebooks/02_data_parallel.html")  # the choice is kept across pages
+        # the choice is kept across pages: follow the "next" link, as a reader does (a renderer-initiated navigation,
+        # which stays in the page's process; page.goto, like typing an address, may start another process, which can
+        # read localStorage before the first process's write has reached it)
+        page.locator("a.right-next").click()
+        page.wait_for_url("**/notebooks/02_data_parallel.html")
+        page.wait_for_function("document.documentElement.dataset.site === 'ready'", timeout=10_000)
         assert not page.locator("#pst-primary-sidebar").is_visible()
         page.locator(".bd-header-article .primary-toggle").click()
         assert page.locator("#pst-primary-sidebar").is_visible(), "☰ did not bring the sidebar back"
