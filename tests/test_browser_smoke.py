@@ -30,6 +30,40 @@ INTRO = "book/intro.html"
 MAP = "notebooks/00_evolution_map.html"
 
 
+def test_the_offline_context_records_and_fails_every_network_request(tmp_path):
+    """The guard every browser test leans on (``blocked == []``): a page that asks the network for a script, a
+    stylesheet, an image, a fetch and a WebSocket gets none of them, and every attempt is recorded."""
+    asked = [
+        "http://127.0.0.1:9/x.js",
+        "https://example.com/a.css",
+        "http://example.org/i.png",
+        "http://127.0.0.1:9/f",
+        "ws://127.0.0.1:9/ws",
+    ]
+    page_path = tmp_path / "asks.html"
+    page_path.write_text(
+        f'<!doctype html><html><head><script src="{asked[0]}"></script><link rel="stylesheet" href="{asked[1]}">'
+        f'</head><body><img src="{asked[2]}"><script>window.got = "waiting";'
+        f'fetch("{asked[3]}").then(() => {{ window.got = "answer"; }}, () => {{ window.got = "refused"; }});'
+        f'new WebSocket("{asked[4]}").onopen = () => {{ window.got = "socket"; }};</script></body></html>',
+        encoding="utf-8",
+    )
+    with offline_browser() as browser:
+        failures: list[str] = []
+        browser.context.on("requestfailed", lambda request: failures.append(request.failure or ""))
+        page = browser.context.new_page()
+        page.goto(page_path.as_uri(), wait_until="load")
+        page.wait_for_function("() => window.got !== 'waiting'", timeout=5_000)
+        for _ in range(40):  # the events reach Python asynchronously
+            if len(browser.blocked) == len(asked) and len(failures) == len(asked) - 1:
+                break
+            page.wait_for_timeout(50)
+        assert page.evaluate("window.got") == "refused"
+        assert sorted(browser.blocked) == sorted(asked)
+        # failed because the context is offline, not because nothing answered (the WebSocket has no request event)
+        assert failures == ["net::ERR_INTERNET_DISCONNECTED"] * (len(asked) - 1)
+
+
 def test_intro_renders_offline():
     require_site(INTRO)
     with offline_browser() as browser:
