@@ -499,8 +499,9 @@ def _stage_activations(plan: Plan, stage: Stage, per_layer_lab: float) -> float:
     return (layers * factor + rest) * inflight
 
 
-def _stage_memory(plan: Plan, stage: Stage, per_layer_activations: float) -> tuple[dict[str, float], float]:
-    """(model-state terms, activation bytes) per GPU of one pipeline stage."""
+def _stage_states(plan: Plan, stage: Stage) -> dict[str, float]:
+    """Model-state bytes per GPU of one pipeline stage, by term: its dense parameters ÷ t and its routed experts
+    ÷ (expert TP × EP), each through ``zero.model_states_terms`` over the group its ZeRO stage shards across."""
     d, bpp = plan.dims, plan.accounting.bytes_per_param
     terms = model_states_terms(stage.dense_params / d.tp, plan.zero, d.shard_group, bpp)
     if stage.expert_params:
@@ -512,7 +513,20 @@ def _stage_memory(plan: Plan, stage: Stage, per_layer_activations: float) -> tup
         terms["unsharded weights/gradients"] = extra * (
             stage.dense_params / d.tp + stage.expert_params / (d.etp * d.ep)
         )
-    return terms, _stage_activations(plan, stage, per_layer_activations)
+    return terms
+
+
+def _stage_memory(plan: Plan, per_layer_activations: float) -> list[tuple[dict[str, float], float]]:
+    """(model-state terms, activation bytes) per GPU of each pipeline stage. Stages holding the same parameters
+    share one computation of their terms (equal stages do: a search evaluates thousands of plans)."""
+    states: dict[tuple[float, float], dict[str, float]] = {}
+    out = []
+    for st in plan.stages:
+        key = (st.dense_params, st.expert_params)
+        if key not in states:
+            states[key] = _stage_states(plan, st)
+        out.append((states[key], _stage_activations(plan, st, per_layer_activations)))
+    return out
 
 
 def evaluate(plan: Plan) -> Report:
@@ -527,7 +541,7 @@ def evaluate(plan: Plan) -> Report:
     per_layer = act.activation_bytes_per_layer(
         s, b, h, m.num_attention_heads, t, plan.recompute, plan.sequence_parallel
     )
-    per_stage = [_stage_memory(plan, st, per_layer) for st in plan.stages]
+    per_stage = _stage_memory(plan, per_layer)
     totals = [sum(terms.values()) + activ for terms, activ in per_stage]
     k_mem = max(range(p), key=lambda k: (totals[k], -k))
     terms, activ = per_stage[k_mem]

@@ -103,6 +103,49 @@ def _full_attention(model: ModelSpec, i: int) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class _LayerTables:
+    """Running totals over a model's decoder layers, so that a stage's sums cost O(1): entry i of each prefix table
+    sums layers 0 … i−1. ``full`` is None when the model has no per-layer specs (then full-attention layers are
+    counted in proportion)."""
+
+    dense: tuple[int, ...]  # parameters outside the routed experts
+    experts: tuple[int, ...]  # routed-expert parameters
+    moe: tuple[int, ...]  # layers with routed experts
+    full: tuple[int, ...] | None  # layers whose attention spans the whole sequence
+
+
+def _prefix(values) -> tuple[int, ...]:
+    out, total = [0], 0
+    for x in values:
+        total += x
+        out.append(total)
+    return tuple(out)
+
+
+# Built once per model object: a search evaluates thousands of plans of one model. Each entry keeps its model
+# alive, so the id cannot be reused while the entry stands; the cache is emptied when it holds 64 models.
+_TABLES: dict[int, tuple[ModelSpec, _LayerTables]] = {}
+
+
+def _layer_tables(model: ModelSpec) -> _LayerTables:
+    hit = _TABLES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    L = model.num_layers
+    lexp = model.layer_expert_params or (0,) * L
+    tables = _LayerTables(
+        dense=_prefix(model.layer_params[i] - lexp[i] for i in range(L)),
+        experts=_prefix(lexp),
+        moe=_prefix(1 if x else 0 for x in lexp),
+        full=_prefix(int(_full_attention(model, i)) for i in range(L)) if model.layers else None,
+    )
+    if len(_TABLES) >= 64:
+        _TABLES.clear()
+    _TABLES[id(model)] = (model, tables)
+    return tables
+
+
 def stages(
     model: ModelSpec, pp: int, layers_per_stage: Sequence[int] | None = None, balance: str = "even"
 ) -> tuple[Stage, ...]:
@@ -111,34 +154,33 @@ def stages(
         raise ValueError(f"stage_balance={balance!r} must be 'even' or 'max'")
     L = model.num_layers
     lps = tuple(layers_per_stage) if layers_per_stage is not None else (L // pp,) * pp
-    lexp = model.layer_expert_params or (0,) * L
+    tab = _layer_tables(model)
     comps, extra = model.params.components, model.params.extra
     outside = model.params.total - sum(model.layer_params)
     final_norm = sum(n * per for name, n, per in model.params.groups if name == "final_norm")
     first = comps["embedding"] + comps["vision"]
     mtp = comps["mtp"] + extra.get("mtp", 0)
-    mtp_experts = max(lexp) if (mtp and model.is_moe) else 0
+    mtp_experts = max(model.layer_expert_params or (0,)) if (mtp and model.is_moe) else 0
     last = comps["head"] + final_norm + mtp - mtp_experts
-    per_layer_full = [_full_attention(model, i) for i in range(L)] if model.layers else None
     # the lab page's convention: with equal stages and "even", every stage holds exactly 1/p of everything
     uniform = layers_per_stage is None and balance == "even"
     out, start = [], 0
     for k, n in enumerate(lps):
-        layers = range(start, start + n)
-        start += n
-        dense = float(sum(model.layer_params[i] - lexp[i] for i in layers))
-        experts = float(sum(lexp[i] for i in layers))
+        end = start + n
         if uniform:
             dense, experts = (model.params.total - model.routed_expert_params) / pp, model.routed_expert_params / pp
-        elif balance == "even":
-            dense += outside / pp
         else:
-            dense += (first if k == 0 else 0) + (last if k == pp - 1 else 0)
-            experts += mtp_experts if k == pp - 1 else 0
-        if per_layer_full is not None:
-            full = sum(per_layer_full[i] for i in layers)
+            dense = float(tab.dense[end] - tab.dense[start])
+            experts = float(tab.experts[end] - tab.experts[start])
+            if balance == "even":
+                dense += outside / pp
+            else:
+                dense += (first if k == 0 else 0) + (last if k == pp - 1 else 0)
+                experts += mtp_experts if k == pp - 1 else 0
+        if tab.full is not None:
+            full = tab.full[end] - tab.full[start]
         else:
             full = model.num_full_attention_layers * n // L
-        moe = sum(1 for i in layers if lexp[i])
-        out.append(Stage(k, layers, dense, experts, full, moe))
+        out.append(Stage(k, range(start, end), dense, experts, full, tab.moe[end] - tab.moe[start]))
+        start = end
     return tuple(out)
