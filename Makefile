@@ -1,6 +1,7 @@
 # Build and test the course book.
 #   make venv      create .venv and install requirements.txt (re-runs only when it changes)
 #   make chromium  install Debian's chromium-headless-shell (the browser tests' Chromium) if missing
+#   make node      install Debian's nodejs (the build typesets the math with it) if missing
 #   make book      execute every notebook and build the HTML site, failing on any warning
 #   make test      unit, property, CLI and doctest tests + strict nbval (each notebook executed once), then
 #                  the site built from the outputs nbval has just verified, then the browser checks
@@ -25,6 +26,7 @@ VENV     := .venv
 VENV_BIN := $(VENV)/bin
 STAMP    := $(VENV)/.requirements.stamp
 CHROMIUM := /usr/bin/chromium-headless-shell
+NODE     := node
 BUILD_LOG := _build/book.log
 
 PYTEST   := $(VENV_BIN)/python -m pytest
@@ -32,7 +34,7 @@ LAB_NOTEBOOK ?= notebooks/00_evolution_map.ipynb
 NBVAL    := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env --nbval-cell-timeout=300
 STORED_CONFIG := _build/config-stored.yml
 
-.PHONY: venv chromium book book-stored test check lint clean distclean
+.PHONY: venv chromium node book book-stored test check lint clean distclean
 
 venv: $(STAMP)
 
@@ -53,19 +55,34 @@ chromium:
 	  test -x $(CHROMIUM); \
 	fi
 
+node:
+	@if command -v $(NODE) >/dev/null 2>&1; then \
+	  echo "node present: $$($(NODE) --version)"; \
+	else \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs; \
+	  command -v $(NODE) >/dev/null; \
+	fi
+
+# Every page's math is typeset once, at build time, by the site's own MathJax under Node (scripts/typeset_math.js):
+# readers' browsers run no MathJax, and a TeX error fails the build.
+TYPESET_MATH := $(NODE) scripts/typeset_math.js _build/html
+
 # --all: fresh Sphinx environment, so every notebook is re-executed (execute_notebooks: force)
 # and every warning is re-emitted. -W --keep-going: report all warnings, then exit non-zero.
 # MESHPLAN_STATIC=1: exercises emit only their static HTML (answers for every slider combination and
 # plain JavaScript), no live widget, so the pages carry no widget state.
-book: venv
+book: venv node
 	@mkdir -p _build
 	MESHPLAN_STATIC=1 $(VENV_BIN)/jupyter-book build -W -n --keep-going --all . 2>&1 | tee $(BUILD_LOG)
 	@if grep -q 'build finished with problems' $(BUILD_LOG); then \
 	  echo "book: the build emitted warnings (see $(BUILD_LOG))" >&2; exit 1; fi
+	$(TYPESET_MATH)
 
 # The same site without executing the notebooks: their stored outputs, which strict nbval verifies against a
 # fresh run in `make test` just before (so each notebook executes once per `make test`).
-book-stored: venv
+book-stored: venv node
 	@mkdir -p _build
 	sed 's/^  execute_notebooks: force$$/  execute_notebooks: "off"/' _config.yml > $(STORED_CONFIG)
 	@grep -q 'execute_notebooks: "off"' $(STORED_CONFIG)
@@ -73,11 +90,12 @@ book-stored: venv
 	  | tee $(BUILD_LOG)
 	@if grep -q 'build finished with problems' $(BUILD_LOG); then \
 	  echo "book: the build emitted warnings (see $(BUILD_LOG))" >&2; exit 1; fi
+	$(TYPESET_MATH)
 
 # 1. everything but the browser tests, and strict nbval (every notebook executed once); 2. the site from those
 # outputs; 3. the browser tests: the built site (offline, layout, each chapter), the widget pages, JupyterLab.
 # (Playwright's sync API cannot share a process with nbval's kernel clients, hence a run of its own.)
-test: venv chromium
+test: venv chromium node
 	$(PYTEST) $(NBVAL) -m "not browser" tests notebooks
 	$(MAKE) --no-print-directory book-stored
 	$(PYTEST) -p no:nbval -m browser tests

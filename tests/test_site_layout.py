@@ -5,8 +5,8 @@
 - No page scrolls sideways; wide tables and display equations scroll inside a frame that shows there is more,
   and a scrolling table keeps its first column in place.
 - Figures enlarge on click or Enter; dark mode keeps figures on white paper and table text readable.
-- Weight: no Font Awesome script or web font, no search index outside the search page, MathJax only on pages
-  with math and as its components rather than the 1.2 MB combined file; per-page budgets below.
+- Weight: no Font Awesome script or web font, no search index outside the search page, no MathJax script (the
+  build typesets the math: scripts/typeset_math.js) and its fonts only on pages with math; per-page budgets below.
 - Search works from file:// (result snippets, which need each page fetched, are turned off and said so).
 
 Runs against the site `make book` builds (_build/html) or the one named by COURSE_SITE_DIR; skips when it is
@@ -35,10 +35,12 @@ HEIGHT = {PHONE: 844, TABLET: 900, DESKTOP: 900}
 CHAPTER = "notebooks/01_one_gpu.html"
 
 # Bytes a page may load besides its own HTML and figures (and the search page its index): the theme, Sphinx's
-# scripts, site.css/.js (measured 0.66 MB), and MathJax's components and fonts on a page with math (0.77 MB).
+# scripts, site.css/.js (measured 0.66 MB), and MathJax's fonts on a page with math (measured 55-76 kB; MathJax's
+# scripts, 0.77 MB, no longer load: the build typesets the math).
 CHROME_BUDGET = 700_000
-MATHJAX_BUDGET = 850_000
-MATH_MARKERS = ("math notranslate", "\\(", "\\[", "$$")  # what MathJax typesets; see book/_templates/layout.html
+MATHJAX_BUDGET = 150_000
+# Math on a page: Sphinx's math elements, TeX that MathJax would typeset, or formulas the build typeset.
+MATH_MARKERS = ("math notranslate", "\\(", "\\[", "$$", "<mjx-container")
 
 
 # ---------------------------------------------------------------------------------------------------- the site
@@ -103,14 +105,16 @@ class Visit:
             self.console_errors.append(msg.text)
 
     def open(self, relpath: str, query: str = "") -> None:
-        """Go to a page of the site and wait for site.js (and MathJax, where the page has math) to finish."""
+        """Go to a page of the site and wait for site.js to finish (framing its equations included)."""
         self.loaded.clear()
         self.console_errors.clear()
         self.page.goto((SITE / relpath).as_uri() + query, wait_until="load")
         if self.page.locator("script[src*='_static/site.js']").count():
-            self.page.wait_for_function("document.documentElement.dataset.site === 'ready'", timeout=10_000)
-            if self.page.evaluate("() => Boolean(window.MathJax)"):
-                self.page.wait_for_function("document.documentElement.dataset.siteMath === 'ready'", timeout=20_000)
+            self.page.wait_for_function(
+                "document.documentElement.dataset.site === 'ready' && document.documentElement.dataset.siteMath === "
+                "'ready'",
+                timeout=20_000,
+            )
 
     def loaded_files(self) -> dict[str, int]:
         """Site files the page loaded (path relative to the site root -> bytes on disk)."""
@@ -342,10 +346,10 @@ def test_pages_load_light(reports):
             problems.append(f"{page}: loads Font Awesome: {sorted(f for f in names if 'fontawesome' in f)}")
         if page != "search.html" and names & {"searchindex.js", "_static/searchtools.js"}:
             problems.append(f"{page}: loads the search index outside the search page")
-        if "_static/mathjax/tex-chtml.js" in names:
-            problems.append(f"{page}: loads the combined tex-chtml.js (with its menu) instead of the components")
+        if any(f.endswith(".js") for f in mathjax):
+            problems.append(f"{page}: runs MathJax: {sorted(f for f in mathjax if f.endswith('.js'))}")
         if bool(mathjax) != _has_math(page):
-            problems.append(f"{page}: MathJax loaded: {bool(mathjax)}, math on the page: {_has_math(page)}")
+            problems.append(f"{page}: MathJax fonts loaded: {bool(mathjax)}, math on the page: {_has_math(page)}")
         if chrome > CHROME_BUDGET:
             problems.append(f"{page}: {chrome:,} B of theme and scripts (budget {CHROME_BUDGET:,} B)")
         if sum(files[f] for f in mathjax) > MATHJAX_BUDGET:

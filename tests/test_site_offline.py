@@ -1,5 +1,5 @@
 """The built site loads nothing from the network: no external scripts, stylesheets,
-images, fonts or frames, and MathJax is served from the site itself.
+images, fonts or frames; its math is typeset when the site is built, with fonts from the site itself.
 
 Plain hyperlinks (<a href="https://...">) to other sites are fine.
 Runs after `make book` (which `make test` does first); skips if _build/html is missing, fails then in CI.
@@ -7,7 +7,6 @@ Runs after `make book` (which `make test` does first); skips if _build/html is m
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from html.parser import HTMLParser
@@ -17,10 +16,11 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 SITE = Path(os.environ.get("COURSE_SITE_DIR", Path(__file__).resolve().parents[1] / "_build" / "html"))
-# book/_templates/layout.html loads MathJax's loader, which loads the components named in the page's
-# `window.MathJax = {"loader": {"load": [...]}}` (mathjax3_config in _config.yml) from the same folder.
-MATHJAX_ENTRY = SITE / "_static" / "mathjax" / "startup.js"
+# The build typesets the math (scripts/typeset_math.js): a page keeps no MathJax script or configuration, each
+# Sphinx math element holds an <mjx-container>, and MathJax's stylesheet names its fonts under _static/mathjax/.
 MATHJAX_CONFIG = re.compile(r"<script>window\.MathJax = (\{.*?\})</script>")
+MATH_ELEMENT = re.compile(r'<(?:span|div) class="math notranslate nohighlight">(.*?)</(?:span|div)>', re.DOTALL)
+FONT_URL = re.compile(r'src: url\("([^"]+\.woff)"\)')
 
 # <link rel=...> values that do not make the browser fetch anything.
 NON_LOADING_RELS = {
@@ -148,33 +148,29 @@ def test_stylesheets_load_nothing_from_the_network():
     assert not problems, "stylesheets referencing external URLs:\n" + "\n".join(problems)
 
 
-def test_mathjax_is_served_from_the_site():
+def test_math_is_typeset_at_build_time_with_fonts_from_the_site():
+    """No page runs MathJax (scripts/typeset_math.js typeset every formula when the site was built, and took the
+    MathJax scripts out); every math element of every page holds its typeset formula, and every font its styles
+    name is a file of the site. At least one page has math, so this checks something."""
     pages = _html_pages()
-    assert MATHJAX_ENTRY.is_file(), f"{MATHJAX_ENTRY} missing: is sphinx-mathjax-offline enabled?"
     fonts = SITE / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
     assert any(fonts.glob("*.woff")), f"MathJax fonts missing under {fonts}"
-    problems = []
+    problems, typeset = [], 0
     for page in pages:
-        for src in _scan(page).scripts:
-            if "mathjax" not in src.lower():
-                continue
-            if EXTERNAL.match(src):
-                problems.append(f"{page.relative_to(SITE)}: MathJax from {src}")
-            elif not _resolve_local(page, src).is_file():
-                problems.append(f"{page.relative_to(SITE)}: MathJax script {src} not in the site")
-    assert not problems, "\n".join(problems)
-
-
-def test_mathjax_components_are_in_the_site():
-    """Every component the MathJax loader is told to load is a file of the site (a missing one would leave the
-    math as raw TeX), and at least one page has math, so this checks something."""
-    problems, configured = [], 0
-    for page in _html_pages():
-        for config in MATHJAX_CONFIG.findall(page.read_text(encoding="utf-8", errors="replace")):
-            configured += 1
-            for name in json.loads(config).get("loader", {}).get("load", []):
-                path = MATHJAX_ENTRY.parent / (name if name.endswith(".js") else f"{name}.js")
-                if not path.is_file():
-                    problems.append(f"{page.relative_to(SITE)}: MathJax component {name} ({path}) missing")
-    assert configured, "no page configures MathJax"
+        text = page.read_text(encoding="utf-8", errors="replace")
+        name = page.relative_to(SITE)
+        problems += [f"{name}: loads {src}" for src in _scan(page).scripts if "mathjax" in src.lower()]
+        if MATHJAX_CONFIG.search(text):
+            problems.append(f"{name}: still configures MathJax")
+        spans = MATH_ELEMENT.findall(text)
+        untypeset = [body[:60] for body in spans if "<mjx-container" not in body]
+        problems += [f"{name}: math left as TeX: {body!r}" for body in untypeset]
+        if spans or "<mjx-container" in text:
+            typeset += 1
+            if 'id="MJX-CHTML-styles"' not in text:
+                problems.append(f"{name}: typeset math without MathJax's stylesheet")
+            for url in FONT_URL.findall(text):
+                if not _resolve_local(page, url).is_file():
+                    problems.append(f"{name}: font {url} is not in the site")
+    assert typeset, "no page has math: the checks went untested"
     assert not problems, "\n".join(problems)

@@ -141,10 +141,13 @@
       if (!equation.closest(".site-scroll")) frame(equation, "site-equation", "", "Equation, scrolls sideways");
     });
   };
+  // The build typesets the math (scripts/typeset_math.js): the page then carries no MathJax and its math is
+  // already there. A page that still loads MathJax (a build without that step) waits for it.
   const whenMathTypeset = (callback) => {
     const startup = window.MathJax && window.MathJax.startup;
     if (startup && startup.promise) startup.promise.then(callback);
     else if (window.MathJax) window.addEventListener("load", () => whenMathTypeset(callback), { once: true });
+    else callback();
   };
 
   /* ---- 3. Figures ------------------------------------------------------------------------------------------ */
