@@ -38,7 +38,8 @@ def _page(body: str, head: str = HEAD) -> str:
 
 GOOD = _page(
     '<p>Model states take <span class="math notranslate nohighlight">\\(16\\Psi\\)</span> bytes.</p>\n'
-    '<div class="math notranslate nohighlight">\n\\[\\underbrace{2\\Psi}_{\\text{weights}} + 14\\Psi = 16\\Psi\\]</div>\n'
+    '<div class="math notranslate nohighlight">\n'
+    "\\[\\underbrace{2\\Psi}_{\\text{weights}} + 14\\Psi = 16\\Psi\\]</div>\n"
     "<pre>\\(not math: the cell is ignored\\)</pre>"
 )
 
