@@ -5,7 +5,8 @@ simulator near-linear in its operations; `make check` ≤ 20 s and the pytest pa
 2-core machine; a clean book build ≤ 120 s.
 
     .venv/bin/python scripts/benchmark.py            # plans, searches, schedules (about a minute)
-    .venv/bin/python scripts/benchmark.py --full     # also make check, the parts of make test, a clean book build
+    .venv/bin/python scripts/benchmark.py --full     # also make check, the parts of make test, page loads in
+                                                     # Chromium, a clean book build
 """
 
 from __future__ import annotations
@@ -112,6 +113,35 @@ def bench_schedule() -> None:
         )
 
 
+def bench_page_loads(repeat: int = 6) -> None:
+    """Loading chapters of the built site in headless Chromium (tests/browser.py's, offline, a fresh context each
+    time, as the browser tests do): seconds until site.js is done, and the CPU the whole machine spent on it
+    (/proc/stat, both cores: Chromium's processes and this one). Needs `make book` (or book-stored) first."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from browser import DESKTOP, offline_context, site_url
+
+    def busy_s() -> float:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+    for page in ("notebooks/01_one_gpu.html", "notebooks/05_pipeline_parallel.html", "notebooks/08_4d_lab.html"):
+        walls, cpus = [], []
+        for _ in range(repeat):
+            context, _blocked = offline_context(viewport=DESKTOP)
+            b0, t0 = busy_s(), time.perf_counter()
+            tab = context.new_page()
+            tab.goto(site_url(page))
+            tab.wait_for_function("document.documentElement.dataset.siteMath === 'ready'")
+            walls.append(time.perf_counter() - t0)
+            cpus.append(busy_s() - b0)
+            context.close()
+        print(
+            f"page load {page} at 1366 px: median {statistics.median(walls):.2f} s to ready, "
+            f"{statistics.median(cpus):.2f} core-s ({repeat} loads)"
+        )
+
+
 def timed(cmd: list[str]) -> float:
     """Seconds ``cmd`` takes, run as the Makefile runs it (bytecode caches allowed: the Makefile unexports
     PYTHONDONTWRITEBYTECODE)."""
@@ -139,6 +169,7 @@ def main() -> int:
         print(f"make test part 2 (the site from stored outputs): {timed(['make', 'book-stored']):.1f} s")
         browser = [*pytest, "-p", "no:nbval", "-m", "browser", "tests"]
         print(f"make test part 3 (pytest -m browser): {timed(browser):.1f} s")
+        bench_page_loads()
         shutil.rmtree(ROOT / "_build", ignore_errors=True)
         print(f"clean book build (make book): {timed(['make', 'book']):.1f} s")
     return 0
