@@ -15,14 +15,15 @@
  *
  * Strict: a TeX error (MathJax renders it as <merror>; an undefined macro counts, where a browser's MathJax would
  * print it in red), a page MathJax cannot read, or a page left with no math fails the run, naming the page and the
- * TeX. Each page is typeset in a fresh Node process (a MathJax instance
- * holds one document and its CSS). Deterministic: the same page in gives the same page out.
+ * TeX. Each page is typeset in a fresh Node process (a MathJax instance holds one document and its CSS), one per
+ * core at a time. Deterministic: the same page in gives the same page out.
  */
 "use strict";
 
 const fs = require("fs");
 const path = require("path");
-const { spawnSync } = require("child_process");
+const os = require("os");
+const { spawn } = require("child_process");
 
 const STARTUP = /<script[^>]*\ssrc="[^"]*_static\/mathjax\/startup\.js"[^>]*><\/script>/;
 const CONFIG = /<script>window\.MathJax = (\{.*?\})<\/script>/s;
@@ -115,11 +116,37 @@ function main() {
     fail(`${siteDir}/_static/mathjax/startup.js not found: build the site first (sphinx-mathjax-offline copies it)`);
   }
   const todo = pages(siteDir).filter((file) => STARTUP.test(fs.readFileSync(file, "utf8")));
-  for (const file of todo) {
-    const run = spawnSync(process.execPath, [__filename, "--page", siteDir, file], { stdio: "inherit" });
-    if (run.status !== 0) process.exit(1);
-  }
-  process.stdout.write(`typeset_math: ${todo.length} pages typeset\n`);
+  // One Node process per page, as many at a time as there are cores; their reports print in page order.
+  const reports = new Array(todo.length);
+  let next = 0;
+  let failed = false;
+  const startOne = () => {
+    if (next >= todo.length) return null;
+    const index = next++;
+    return new Promise((resolve) => {
+      const child = spawn(process.execPath, [__filename, "--page", siteDir, todo[index]]);
+      const out = { stdout: "", stderr: "" };
+      child.stdout.on("data", (chunk) => (out.stdout += chunk));
+      child.stderr.on("data", (chunk) => (out.stderr += chunk));
+      child.on("close", (code) => {
+        if (code !== 0) {
+          failed = true;
+          if (!out.stderr) out.stderr = `typeset_math: ${todo[index]}: the typesetting process ended with ${code}\n`;
+        }
+        reports[index] = out;
+        resolve(startOne());
+      });
+    });
+  };
+  const workers = Array.from({ length: Math.max(1, Math.min(os.cpus().length, todo.length)) }, startOne);
+  Promise.all(workers).then(() => {
+    for (const report of reports) {
+      process.stdout.write(report.stdout);
+      process.stderr.write(report.stderr);
+    }
+    if (failed) process.exit(1);
+    process.stdout.write(`typeset_math: ${todo.length} pages typeset\n`);
+  });
 }
 
 main();
