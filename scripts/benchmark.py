@@ -23,6 +23,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def bench_machine() -> None:
+    """The machine's speed right now: CPU seconds of a fixed pure-Python loop (best of 5). It drifts on this machine
+    (0.205 s, then 0.278 s, within one `make test`), so print it beside the timings it explains."""
+    samples = []
+    for _ in range(5):
+        t0, acc = time.process_time(), 0
+        for i in range(3_000_000):
+            acc += i * i % 7
+        samples.append(time.process_time() - t0)
+    print(f"machine speed: a fixed Python loop takes {min(samples):.3f} s of CPU")
+
+
 def bench_plans(repeat: int = 2000) -> None:
     import meshplan
     from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
@@ -155,6 +167,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="also time a clean book build and pytest")
     args = ap.parse_args()
+    bench_machine()
     bench_plans()
     bench_search()
     bench_schedule()
@@ -172,6 +185,7 @@ def main() -> int:
         bench_page_loads()
         shutil.rmtree(ROOT / "_build", ignore_errors=True)
         print(f"clean book build (make book): {timed(['make', 'book']):.1f} s")
+        bench_machine()
     return 0
 
 
