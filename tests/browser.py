@@ -100,17 +100,6 @@ class OfflineBrowser:
         page.goto(site_url(relpath), wait_until=wait_until)
         return page
 
-    def wait_for_mathjax(self, page, timeout_ms: int = 20_000) -> bool:
-        """Wait until MathJax has typeset the page; False if the page has no MathJax."""
-        if not page.evaluate("() => typeof window.MathJax !== 'undefined'"):
-            return False
-        page.wait_for_function(
-            "() => window.MathJax.startup && window.MathJax.startup.promise",
-            timeout=timeout_ms,
-        )
-        page.evaluate("() => window.MathJax.startup.promise.then(() => true)")
-        return True
-
 
 _SHARED: dict = {}
 
@@ -227,8 +216,8 @@ def horizontal_overflow(page) -> int:
 
 
 # Pages of the built site opened by ``site_page``, one per (page, viewport) in this test module: loading a chapter costs
-# about a second (a 0.2-0.7 MB page, MathJax, the exercises' scripts), and a module's tests each drive their own
-# exercise, so the second test on a page reuses it. ``close_site_pages`` (conftest, at the end of every module) closes
+# about 0.6 s of CPU (a 0.2-0.7 MB page, its typeset math, the exercises' scripts), and a module's tests each drive
+# their own exercise, so the second test on a page reuses it. ``close_site_pages`` (conftest, at the end of every module) closes
 # them, so no state crosses modules; a test that fails closes its page, so no failure leaves state for the next.
 _SITE_PAGES: dict[tuple, tuple[contextlib.ExitStack, OfflineBrowser, Page]] = {}
 

@@ -72,7 +72,8 @@ def test_intro_renders_offline():
         h1 = page.locator("article h1").first
         h1.wait_for(state="visible", timeout=10_000)
         assert h1.inner_text().strip()
-        browser.wait_for_mathjax(page)
+        # site.js has done its work (the math is typeset at build time: no page runs MathJax)
+        page.wait_for_function("document.documentElement.dataset.siteMath === 'ready'", timeout=10_000)
         assert browser.blocked == [], f"external requests: {browser.blocked}"
         assert browser.page_errors == [], browser.page_errors
 
