@@ -217,8 +217,9 @@ def horizontal_overflow(page) -> int:
 
 # Pages of the built site opened by ``site_page``, one per (page, viewport) in this test module: loading a chapter costs
 # about 0.6 s of CPU (a 0.2-0.7 MB page, its typeset math, the exercises' scripts), and a module's tests each drive
-# their own exercise, so the second test on a page reuses it. ``close_site_pages`` (conftest, at the end of every module) closes
-# them, so no state crosses modules; a test that fails closes its page, so no failure leaves state for the next.
+# their own exercise, so the second test on a page reuses it. ``close_site_pages`` (conftest, at the end of every
+# module) closes them, so no state crosses modules; a test that fails closes its page, so no failure leaves state for
+# the next.
 _SITE_PAGES: dict[tuple, tuple[contextlib.ExitStack, OfflineBrowser, Page]] = {}
 
 
