@@ -25,8 +25,10 @@ from meshplan import (
     published,
     zero,
 )
+from meshplan import stages as stages_mod
 from meshplan.lab import LAB_8_GPUS, lab_plan
 from meshplan.mesh import parse_order
+from meshplan.model import MODELS_DIR
 
 P = 27_781_427_952
 
@@ -336,3 +338,36 @@ def test_most_loaded_stage_weighs_experts_by_their_split():
         k = states.index(max(states))
         assert r.stage == k and r.params_per_gpu == pytest.approx(loads[k], rel=1e-12)
         assert r.memory_bytes["model_states"] == pytest.approx(max(states), rel=1e-12)
+
+
+SHIPPED = sorted(str(p.relative_to(MODELS_DIR).with_suffix("")) for p in MODELS_DIR.rglob("*.json"))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_stages_count_their_own_layers(name):
+    """``stages.stages`` sums each stage's layers from running totals; here the sums are taken layer by layer from
+    the model's own description, for every shipped model on 2 to 16 ranks, in both balances: the layers with full
+    attention and with routed experts, and each stage's own parameters (``max``: only the decoder layers' on a
+    middle stage)."""
+    model = load_model(name)
+    L = model.num_layers
+    lexp = model.layer_expert_params or (0,) * L
+    for p in range(2, min(L, 16) + 1):
+        for balance in ("even", "max"):
+            got = stages_mod.stages(model, p, stages_mod.spread_layers(L, p), balance)
+            start = 0
+            for st in got:
+                layers = range(start, start + st.num_layers)
+                start += st.num_layers
+                if model.layers:
+                    full = sum(
+                        1
+                        for i in layers
+                        if model.layers[i].mixer in ("attention", "mla") and model.layers[i].sliding_window is None
+                    )
+                    assert st.full_attention_layers == full, (p, balance, st.index)
+                assert st.moe_layers == sum(1 for i in layers if lexp[i]), (p, balance, st.index)
+                if balance == "max" and 0 < st.index < p - 1:
+                    assert st.dense_params == sum(model.layer_params[i] - lexp[i] for i in layers)
+                    assert st.expert_params == sum(lexp[i] for i in layers)
+            assert start == L
