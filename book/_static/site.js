@@ -2,7 +2,7 @@
  * Plain JavaScript, no dependencies, nothing from the network; classes it adds start with "site-" (site.css).
  *
  *  1. ☰ collapses the primary sidebar on wide screens (the theme only opens it as a dialog, which is right for
- *     narrow screens and is left to the theme there); the choice is kept across pages.
+ *     narrow screens and is left to the theme there); the choice is kept across pages and open tabs.
  *  2. Wide tables and display equations scroll inside a frame that shows, by a shadow at each edge, that there is
  *     more to see; a table that scrolls keeps its first column in place and says so above it.
  *  3. Figures open enlarged on click or Enter; in the enlarged view a click toggles actual size.
@@ -35,8 +35,6 @@
   };
 
   /* ---- 1. Primary sidebar ---------------------------------------------------------------------------------- */
-  if (storage.get(NAV_KEY) === "1") root.classList.add("site-nav-collapsed");
-
   // On wide screens the button shows or hides the sidebar (aria-expanded says which); on narrow ones it opens the
   // theme's dialog, which announces itself.
   const syncNavButtons = () => {
@@ -51,6 +49,18 @@
       }
     });
   };
+  const applyStoredNav = () => {
+    root.classList.toggle("site-nav-collapsed", storage.get(NAV_KEY) === "1");
+    syncNavButtons();
+  };
+  // The stored choice is read here, before the first paint, and again whenever this document may hold a stale copy
+  // of it: when it is shown again from the back-forward cache (the reader changed the choice on a later page), and
+  // when the stored value changes under it (a "storage" event): the reader changed it in another tab, or the write
+  // from the page just left landed after this page read it (a browser may open the next page in another process,
+  // whose first read can come before that write reaches storage; the write then arrives as a "storage" event).
+  applyStoredNav();
+  window.addEventListener("pageshow", (event) => { if (event.persisted) applyStoredNav(); });
+  window.addEventListener("storage", (event) => { if (event.key === NAV_KEY || event.key === null) applyStoredNav(); });
   // Capture phase on the document: runs before the theme's own listener on the button, which opens the dialog.
   document.addEventListener("click", (event) => {
     const button = event.target instanceof Element ? event.target.closest(".primary-toggle") : null;
