@@ -1,6 +1,7 @@
 # Build and test the course book.
 #   make venv      create .venv and install requirements.txt (re-runs only when it changes)
-#   make chromium  install Debian's chromium-headless-shell (the browser tests' Chromium) if missing
+#   make chromium  install Debian's chromium-headless-shell (the browser tests' Chromium) if missing; a Chromium
+#                  named by the environment's CHROMIUM (an executable path) is used instead, as the tests do
 #   make node      install Debian's nodejs (the build typesets the math with it) if missing
 #   make book      execute every notebook and build the HTML site, failing on any warning
 #   make test      unit, property, CLI and doctest tests + strict nbval (each notebook executed once), then
@@ -25,7 +26,8 @@ PYTHON   ?= python3
 VENV     := .venv
 VENV_BIN := $(VENV)/bin
 STAMP    := $(VENV)/.requirements.stamp
-CHROMIUM := /usr/bin/chromium-headless-shell
+# The browser tests' Chromium; a CHROMIUM from the environment or the command line wins, as in tests/browser.py.
+CHROMIUM ?= /usr/bin/chromium-headless-shell
 NODE     := node
 BUILD_LOG := _build/book.log
 
@@ -46,13 +48,15 @@ $(STAMP): requirements.txt $(wildcard lib/pyproject.toml)
 	@touch $@
 
 chromium:
-	@if [ -x $(CHROMIUM) ]; then \
-	  echo "chromium present: $$($(CHROMIUM) --version 2>/dev/null || echo $(CHROMIUM))"; \
+	@if [ -x "$(CHROMIUM)" ]; then \
+	  echo "chromium present: $$("$(CHROMIUM)" --version 2>/dev/null || echo "$(CHROMIUM)")"; \
+	elif [ "$(origin CHROMIUM)" != file ]; then \
+	  echo "chromium: CHROMIUM=$(CHROMIUM) (from the $(origin CHROMIUM)) is not an executable" >&2; exit 1; \
 	else \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update; \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium-headless-shell; \
-	  test -x $(CHROMIUM); \
+	  test -x "$(CHROMIUM)"; \
 	fi
 
 node:
