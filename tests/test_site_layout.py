@@ -454,6 +454,18 @@ def test_menu_collapses_the_sidebar_on_the_desktop(chromium):
         toggle.click()
         assert page.locator("#pst-primary-sidebar").is_visible(), "☰ did not bring the sidebar back"
         assert toggle.get_attribute("aria-expanded") == "true"
+        # a page shown again from the back-forward cache shows the choice made since on another page: the stored
+        # value changes behind this page's back (a write by this very document fires no "storage" event here), then
+        # the browser's restore event (Playwright turns the cache off, and file:// pages never enter it: the event is
+        # dispatched as Chromium dispatches it on a restore)
+        page.evaluate(
+            """() => {
+              localStorage.setItem("site-nav-collapsed", "1");
+              window.dispatchEvent(new PageTransitionEvent("pageshow", {persisted: true}));
+            }"""
+        )
+        assert not page.locator("#pst-primary-sidebar").is_visible(), "a restored page kept a stale sidebar"
+        assert toggle.get_attribute("aria-expanded") == "false"
 
 
 # ---------------------------------------------------------------------------------------------------- figures
