@@ -29,8 +29,13 @@ import pytest
 from meshplan.model import FAMILIES, MODELS_DIR, load_model, model_from_config
 from meshplan.models.count import counted
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+
+@cache
+def _torch_and_transformers():
+    """Imported by the first test that builds a model, not when the file is collected: a pytest process that runs
+    none of these tests never loads them (about 2.5 s of CPU)."""
+    return pytest.importorskip("torch"), pytest.importorskip("transformers")
+
 
 pytestmark = pytest.mark.filterwarnings("ignore:Initializing zero-element tensors:UserWarning")
 
@@ -44,6 +49,7 @@ def _strip(cfg: dict) -> dict:
 
 def build(cfg: dict):
     """The transformers model of ``cfg`` on the meta device (the multimodal class when there is a vision tower)."""
+    torch, transformers = _torch_and_transformers()
     cfg = _strip(cfg)
     mtype = cfg.pop("model_type")
     config = transformers.AutoConfig.for_model(mtype, **cfg)

@@ -25,19 +25,25 @@ from meshplan.realrun import RESULTS_PATH, command, load_results, predict, rows_
 from meshplan.realrun.activations import QUICK_FAMILIES, SHAPES, TINY_CONFIGS, part_differences, tiny_config
 from meshplan.realrun.predict import ddp_buckets, fsdp2_resharded, replay, zero1_partition
 
-torch = pytest.importorskip("torch")
-
-from meshplan.realrun.model import build_small, count_params  # noqa: E402  (imports torch)
-
 PSI = 3_688_704
+
+
+def _torch():
+    """torch, imported by the first test that needs it rather than when the file is collected: a pytest process that
+    runs none of these tests never loads it."""
+    return pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def quick_rows():
+    _torch()
     return {r.check: r for r in run_checks(quick=True)}
 
 
 def test_small_model_parameter_count_equals_the_library():
+    _torch()
+    from meshplan.realrun.model import build_small, count_params
+
     assert count_params(build_small()) == meshplan.load_model("small-3.7m").params.total == PSI
     assert count_params(build_small(fused_qkv=True)) == PSI
 
@@ -158,7 +164,7 @@ def test_departures_are_explained_not_hidden(quick_rows):
 
 def test_rerun_matches_the_results_file(quick_rows):
     doc = load_results()
-    assert doc["provenance"]["torch"] == torch.__version__
+    assert doc["provenance"]["torch"] == _torch().__version__
     stored = {r.check: r for r in rows_from_results(doc)}
     compared = 0
     for check, row in quick_rows.items():
@@ -281,6 +287,8 @@ def test_ddp_prediction_is_the_library_bucket_walk(quick_rows):
     spec = meshplan.load_model("small-3.7m")
     tensors = tuple(reversed(predict.small_grad_tensors(spec)))
     assert [t.name for t in tensors][:2] == ["norm.weight", "blocks.3.mlp.fc2.weight"]
+    from meshplan.realrun.model import build_small
+
     model = build_small()
     assert [(t.name, t.params) for t in predict.small_grad_tensors(spec)] == [
         (n, p.numel()) for n, p in model.named_parameters()
@@ -401,7 +409,7 @@ def test_validate_writes_the_document_it_returns(tmp_path, monkeypatch):
     monkeypatch.setattr(command, "run_checks", lambda quick=True: rows)
     got_rows, doc = validate(False, tmp_path / "r.json")
     assert got_rows == rows and json.loads((tmp_path / "r.json").read_text()) == doc
-    assert doc["rows"] == [r.to_dict() for r in rows] and doc["provenance"]["torch"] == torch.__version__
+    assert doc["rows"] == [r.to_dict() for r in rows] and doc["provenance"]["torch"] == _torch().__version__
     import transformers
 
     assert doc["provenance"]["transformers"] == transformers.__version__
