@@ -173,11 +173,14 @@ def main() -> int:
     bench_schedule()
     if args.full:
         pytest = [sys.executable, "-m", "pytest", "-q"]
-        nbval = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-current-env"]
+        nbval = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=300"]
+        warm = ["-p", "warm_kernels", "--nbval-kernel-name", "meshplan-warm"]  # the Makefile's NBVAL
+        part1 = ["-m", "not browser", "tests", "notebooks"]
         print(f"make check: {timed(['make', 'check']):.1f} s")
+        print(f"make test part 1 (pytest + strict nbval, no browser): {timed([*pytest, *nbval, *warm, *part1]):.1f} s")
         print(
-            f"make test part 1 (pytest + strict nbval, no browser): "
-            f"{timed([*pytest, *nbval, '-m', 'not browser', 'tests', 'notebooks']):.1f} s"
+            f"  the same with plain kernels (--nbval-current-env, not forked from a warm process): "
+            f"{timed([*pytest, *nbval, '--nbval-current-env', *part1]):.1f} s"
         )
         print(f"make test part 2 (the site from stored outputs): {timed(['make', 'book-stored']):.1f} s")
         browser = [*pytest, "-p", "no:nbval", "-m", "browser", "tests"]

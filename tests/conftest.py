@@ -3,8 +3,8 @@
 * ``site``: needs the built book (``_build/html``): the site's offline, layout and per-chapter browser checks;
 * ``browser``: drives Debian's Chromium (the site tests, the standalone widget pages, JupyterLab);
 * ``slow``: real PyTorch runs or transformers models (real distributed runs, the families against transformers,
-  the activation ledger against autograd), figures rendered to measure their text, and the build's math
-  typesetter (Node processes).
+  the activation ledger against autograd), figures rendered to measure their text, the build's math
+  typesetter (Node processes), and the notebook tests' warm kernels against plain ones (Jupyter kernels).
 """
 
 from __future__ import annotations
@@ -27,7 +27,14 @@ def examples(n: int) -> int:
 
 SITE = ("test_browser_", "test_site_")
 BROWSER = (*SITE, "test_widget_pages", "test_widget_js", "test_jupyterlab")
-SLOW = ("test_realrun", "test_families", "test_engine_activations", "test_figures", "test_typeset_math")
+SLOW = (
+    "test_realrun",
+    "test_families",
+    "test_engine_activations",
+    "test_figures",
+    "test_typeset_math",
+    "test_warm_kernels",
+)
 
 
 MODULE_MARKERS = {"site": SITE, "browser": BROWSER, "slow": SLOW}

@@ -1,0 +1,164 @@
+"""The warm kernels strict nbval runs the notebooks in (``tests/warm_kernels.py``) are the kernels a notebook gets
+from ``python -m ipykernel_launcher``: the same environment, paths, signal handlers, display options, matplotlib
+backend, comm targets, shell hooks and warning filters once the notebooks' libraries are imported; a killed launcher
+takes its kernel with it, and stopping the server stops every kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import warm_kernels
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+# What a notebook's code can see of its kernel, after the imports the notebooks make.
+PROBE = r"""
+import gc, json, locale, os, signal, sys, warnings
+import matplotlib, matplotlib.pyplot as plt, numpy, pandas as pd, sympy, ipywidgets
+import meshplan, meshplan.widgets
+ip = get_ipython()
+print(json.dumps(dict(
+    pid=os.getpid(),
+    path=sys.path, argv=sys.argv[1:2], cwd=os.getcwd(), flags=str(sys.flags),
+    env=sorted((k, v) for k, v in os.environ.items() if k not in ("JPY_PARENT_PID", "JPY_SESSION_NAME")),
+    signals={n: str(signal.getsignal(getattr(signal, n))) for n in ("SIGINT", "SIGTERM", "SIGCHLD", "SIGPIPE")},
+    gc=[gc.isenabled(), gc.get_threshold()], recursion=sys.getrecursionlimit(),
+    encodings=[sys.getdefaultencoding(), sys.stdout.encoding, locale.getpreferredencoding()],
+    mpl=[matplotlib.get_backend(), list(plt.rcParams["figure.figsize"]), plt.rcParams["figure.dpi"]],
+    pandas=[pd.get_option(o) for o in ("display.max_columns", "display.width", "display.max_rows")],
+    comm_targets=sorted(ip.kernel.comm_manager.targets),
+    post_execute=sorted(getattr(f, "__qualname__", str(f)) for f in ip.events.callbacks["post_execute"]),
+    formatters=sorted(ip.display_formatter.active_types),
+    warning_filters=sorted(str((f[0], f[1] and f[1].pattern, f[2].__name__, f[3])) for f in warnings.filters),
+)))
+"""
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The server of this pytest process (the one nbval's notebooks use when ``-p warm_kernels`` is on, started here if
+    it is not yet), with the kernelspec on JUPYTER_PATH."""
+    saved = os.environ.get("JUPYTER_PATH")
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(warm_kernels.KERNELS_DIR.parent), saved]))
+    srv = warm_kernels._SERVER
+    srv.start()
+    yield srv
+    if saved is None:
+        os.environ.pop("JUPYTER_PATH", None)
+    else:
+        os.environ["JUPYTER_PATH"] = saved
+
+
+def _start(name: str):
+    from jupyter_client.manager import start_new_kernel
+
+    return start_new_kernel(kernel_name=name, cwd=str(NOTEBOOKS))
+
+
+def _run(kc, code: str) -> str:
+    out: list[str] = []
+
+    def hook(msg):
+        content = msg["content"]
+        out.append(content.get("text", "") if msg["msg_type"] == "stream" else "")
+        if msg["msg_type"] == "error":
+            raise AssertionError("\n".join(content["traceback"]))
+
+    kc.execute_interactive(code, output_hook=hook, timeout=60)
+    return "".join(out)
+
+
+def _probe(name: str) -> dict:
+    km, kc = _start(name)
+    try:
+        return json.loads(_run(kc, PROBE))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_warm_kernel_is_a_plain_kernel(server):
+    warm, plain = _probe(warm_kernels.KERNEL_NAME), _probe("python3")
+    assert warm.pop("pid") != plain.pop("pid")
+    differ = {k: (warm[k], plain[k]) for k in plain if warm[k] != plain[k]}
+    assert differ == {}
+    assert plain["pandas"][0] == 20  # the kernel's display option, not the terminal's (0): pandas is not preloaded
+
+
+def test_interrupt_reaches_the_kernel(server):
+    km, kc = _start(warm_kernels.KERNEL_NAME)
+    try:
+        kc.execute("import time; time.sleep(60)")
+        time.sleep(0.5)
+        km.interrupt_kernel()  # SIGINT to the launcher's process group, forwarded to the kernel
+        reply = kc.get_shell_msg(timeout=20)
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+        assert _run(kc, "print('alive')") == "alive\n"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_a_server_that_cannot_preload_says_why(monkeypatch):
+    monkeypatch.setattr(warm_kernels.subprocess, "Popen", _popen_failing)
+    srv = warm_kernels.Server()
+    with pytest.raises(RuntimeError, match=r"did not start:\n.*no such module"):
+        srv.start()
+    assert srv.proc is None and srv.dir is None
+
+
+_real_popen = warm_kernels.subprocess.Popen
+
+
+def _popen_failing(cmd, **kwargs):
+    """The server's command, made to fail as a preload would: importing a module that does not exist."""
+    code = "import sys; print('ModuleNotFoundError: no such module', file=sys.stderr); sys.exit(1)"
+    return _real_popen([cmd[0], "-c", code], **kwargs)
+
+
+def test_without_the_server_the_launcher_starts_a_plain_kernel(server, monkeypatch):
+    monkeypatch.delenv(warm_kernels.ENV)
+    km, kc = _start(warm_kernels.KERNEL_NAME)
+    try:
+        # not forked by the server: the launcher became ipykernel_launcher (exec), a child of this process
+        assert _run(kc, "import os; print(os.getpid(), os.getppid())") == f"{km.provisioner.pid} {os.getpid()}\n"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_killing_the_launcher_kills_the_kernel_and_stop_kills_the_rest(server):
+    km, kc = _start(warm_kernels.KERNEL_NAME)
+    pid = int(_run(kc, "import os; print(os.getpid())"))
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)  # nbval's way: SIGKILL to the launcher
+    assert _wait_gone(pid), "the kernel outlived its launcher"
+
+    km, kc = _start(warm_kernels.KERNEL_NAME)
+    pid = int(_run(kc, "import os; print(os.getpid())"))
+    kc.stop_channels()
+    server.stop()
+    assert _wait_gone(pid), "the kernel outlived its server"
+    km.shutdown_kernel(now=True)
+    # (the last test of the module: a notebook set up after it starts the server again)
