@@ -238,6 +238,9 @@ class Server:
         if self.proc is not None:
             return
         self.dir = tempfile.mkdtemp(prefix="meshplan-kernels-")
+        if len(self.dir) > 80:  # a Unix socket's path has room for about 100 bytes: a long TMPDIR would not fit
+            os.rmdir(self.dir)
+            self.dir = tempfile.mkdtemp(prefix="meshplan-kernels-", dir="/tmp")
         address = os.path.join(self.dir, "socket")
         log_path = os.path.join(self.dir, "server.log")  # what the imports print (debugpy warns), and any failure
         with open(log_path, "wb") as log:
