@@ -159,7 +159,10 @@ def timed(cmd: list[str]) -> float:
     PYTHONDONTWRITEBYTECODE)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, env=env)
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if proc.returncode:
+        tail = "\n".join(proc.stdout.splitlines()[-40:])
+        raise SystemExit(f"benchmark: {' '.join(cmd)} exited with {proc.returncode}; its last lines:\n{tail}")
     return time.perf_counter() - t0
 
 

@@ -109,8 +109,12 @@ def test_a_warm_kernel_is_a_plain_kernel(server):
 def test_interrupt_reaches_the_kernel(server):
     km, kc = _start(warm_kernels.KERNEL_NAME)
     try:
-        kc.execute("import time; time.sleep(60)")
-        time.sleep(0.5)
+        msg_id = kc.execute("import time; time.sleep(60)")
+        while True:  # interrupt once the cell runs: an idle kernel ignores SIGINT (a slow machine may take seconds)
+            msg = kc.get_iopub_msg(timeout=30)
+            if msg["msg_type"] == "execute_input" and msg["parent_header"].get("msg_id") == msg_id:
+                break
+        time.sleep(0.2)
         km.interrupt_kernel()  # SIGINT to the launcher's process group, forwarded to the kernel
         reply = kc.get_shell_msg(timeout=20)
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
