@@ -5,6 +5,7 @@ takes its kernel with it, and stopping the server stops every kernel."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import time
@@ -21,7 +22,7 @@ import gc, json, locale, os, signal, sys, warnings
 import matplotlib, matplotlib.pyplot as plt, numpy, pandas as pd, sympy, ipywidgets
 import meshplan, meshplan.widgets
 ip = get_ipython()
-print(json.dumps(dict(
+state = json.dumps(dict(
     pid=os.getpid(),
     path=sys.path, argv=sys.argv[1:2], cwd=os.getcwd(), flags=str(sys.flags),
     env=sorted((k, v) for k, v in os.environ.items() if k not in ("JPY_PARENT_PID", "JPY_SESSION_NAME")),
@@ -34,7 +35,7 @@ print(json.dumps(dict(
     post_execute=sorted(getattr(f, "__qualname__", str(f)) for f in ip.events.callbacks["post_execute"]),
     formatters=sorted(ip.display_formatter.active_types),
     warning_filters=sorted(str((f[0], f[1] and f[1].pattern, f[2].__name__, f[3])) for f in warnings.filters),
-)))
+))
 """
 
 
@@ -59,23 +60,32 @@ def _start(name: str):
     return start_new_kernel(kernel_name=name, cwd=str(NOTEBOOKS))
 
 
-def _run(kc, code: str) -> str:
-    out: list[str] = []
+class _Aborted(Exception):
+    """The kernel aborted the request: it came in just after an error, when a kernel drops what is queued."""
 
-    def hook(msg):
-        content = msg["content"]
-        out.append(content.get("text", "") if msg["msg_type"] == "stream" else "")
-        if msg["msg_type"] == "error":
-            raise AssertionError("\n".join(content["traceback"]))
 
-    kc.execute_interactive(code, output_hook=hook, timeout=60)
-    return "".join(out)
+def _value(kc, code: str, expression: str):
+    """Run ``code`` in the kernel, then return the value of ``expression`` there (a Python literal). Read from the
+    execute reply's ``user_expressions``, not from printed output: a kernel may send a cell's output after it reports
+    being idle again, so printed text can miss a reader that stops at idle."""
+    msg_id = kc.execute(code, user_expressions={"value": expression})
+    while True:
+        reply = kc.get_shell_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+    content = reply["content"]
+    if content["status"] == "aborted":
+        raise _Aborted(code)
+    assert content["status"] == "ok", "\n".join(content.get("traceback", [])) or content
+    value = content["user_expressions"]["value"]
+    assert value["status"] == "ok", value
+    return ast.literal_eval(value["data"]["text/plain"])
 
 
 def _probe(name: str) -> dict:
     km, kc = _start(name)
     try:
-        return json.loads(_run(kc, PROBE))
+        return json.loads(_value(kc, PROBE, "state"))
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -118,7 +128,13 @@ def test_interrupt_reaches_the_kernel(server):
         km.interrupt_kernel()  # SIGINT to the launcher's process group, forwarded to the kernel
         reply = kc.get_shell_msg(timeout=20)
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
-        assert _run(kc, "print('alive')") == "alive\n"
+        for _ in range(50):  # a request that comes in just after the KeyboardInterrupt is aborted: ask again
+            try:
+                alive = _value(kc, "", "'alive'")
+                break
+            except _Aborted:
+                time.sleep(0.1)
+        assert alive == "alive"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -146,7 +162,7 @@ def test_without_the_server_the_launcher_starts_a_plain_kernel(server, monkeypat
     km, kc = _start(warm_kernels.KERNEL_NAME)
     try:
         # not forked by the server: the launcher became ipykernel_launcher (exec), a child of this process
-        assert _run(kc, "import os; print(os.getpid(), os.getppid())") == f"{km.provisioner.pid} {os.getpid()}\n"
+        assert _value(kc, "import os", "(os.getpid(), os.getppid())") == (km.provisioner.pid, os.getpid())
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -154,13 +170,13 @@ def test_without_the_server_the_launcher_starts_a_plain_kernel(server, monkeypat
 
 def test_killing_the_launcher_kills_the_kernel_and_stop_kills_the_rest(server):
     km, kc = _start(warm_kernels.KERNEL_NAME)
-    pid = int(_run(kc, "import os; print(os.getpid())"))
+    pid = _value(kc, "import os", "os.getpid()")
     kc.stop_channels()
     km.shutdown_kernel(now=True)  # nbval's way: SIGKILL to the launcher
     assert _wait_gone(pid), "the kernel outlived its launcher"
 
     km, kc = _start(warm_kernels.KERNEL_NAME)
-    pid = int(_run(kc, "import os; print(os.getpid())"))
+    pid = _value(kc, "import os", "os.getpid()")
     kc.stop_channels()
     server.stop()
     assert _wait_gone(pid), "the kernel outlived its server"
