@@ -168,17 +168,25 @@ def test_without_the_server_the_launcher_starts_a_plain_kernel(server, monkeypat
         km.shutdown_kernel(now=True)
 
 
-def test_killing_the_launcher_kills_the_kernel_and_stop_kills_the_rest(server):
+def test_killing_the_launcher_kills_the_kernel(server):
     km, kc = _start(warm_kernels.KERNEL_NAME)
     pid = _value(kc, "import os", "os.getpid()")
     kc.stop_channels()
     km.shutdown_kernel(now=True)  # nbval's way: SIGKILL to the launcher
     assert _wait_gone(pid), "the kernel outlived its launcher"
 
-    km, kc = _start(warm_kernels.KERNEL_NAME)
-    pid = _value(kc, "import os", "os.getpid()")
-    kc.stop_channels()
-    server.stop()
-    assert _wait_gone(pid), "the kernel outlived its server"
-    km.shutdown_kernel(now=True)
-    # (the last test of the module: a notebook set up after it starts the server again)
+
+def test_stopping_a_server_kills_its_kernels(server):
+    # a server of its own, without the preload (the same code path; the shared server stays up for the notebooks)
+    bare = warm_kernels.Server(preload=False)
+    bare.start()
+    try:
+        km, kc = _start(warm_kernels.KERNEL_NAME)  # from the bare server: its address is the one in the environment
+        pid = _value(kc, "import os", "os.getpid()")
+        kc.stop_channels()
+        bare.stop()
+        assert _wait_gone(pid), "the kernel outlived its server"
+        km.shutdown_kernel(now=True)
+    finally:
+        bare.stop()
+        os.environ[warm_kernels.ENV] = os.path.join(server.dir, "socket")

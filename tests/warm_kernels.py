@@ -140,10 +140,10 @@ def _become_kernel(request: dict, fds: list[int], server_pid: int, set_by_import
         os._exit(code)
 
 
-def serve(address: str) -> None:
+def serve(address: str, preload: bool = True) -> None:
     """Listen on the Unix socket ``address``, preload, then fork a kernel for each launcher that connects."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # pytest's Ctrl-C is for pytest; the pipe tells us when to stop
-    set_by_imports = _preload()
+    set_by_imports = _preload() if preload else {}
     # What is loaded now lives as long as any kernel: out of the collector's reach, a kernel's collections neither
     # walk it nor write to its pages (each such write copies a page the fork had shared).
     gc.collect()
@@ -229,7 +229,8 @@ def serve(address: str) -> None:
 class Server:
     """The server of one pytest process: ``start()`` once, before the first notebook; ``stop()`` at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self, preload: bool = True) -> None:
+        self.preload = preload  # False: kernels forked from a bare interpreter (for the tests of the mechanism)
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
 
@@ -245,7 +246,7 @@ class Server:
         log_path = os.path.join(self.dir, "server.log")  # what the imports print (debugpy warns), and any failure
         with open(log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, address],
+                [sys.executable, __file__, address, *([] if self.preload else ["--no-preload"])],
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -305,4 +306,4 @@ def pytest_unconfigure(config):
 
 if __name__ == "__main__":
     del sys.path[0]  # this script's folder (tests/): a kernel's path has no such entry (IPython adds '' to it)
-    serve(sys.argv[1])
+    serve(sys.argv[1], preload="--no-preload" not in sys.argv[2:])
