@@ -157,12 +157,29 @@ def _popen_failing(cmd, **kwargs):
     return _real_popen([cmd[0], "-c", code], **kwargs)
 
 
-def test_without_the_server_the_launcher_starts_a_plain_kernel(server, monkeypatch):
-    monkeypatch.delenv(warm_kernels.ENV)
+@pytest.mark.parametrize("address", [None, "/nonexistent/meshplan-kernels/socket"], ids=["unset", "unreachable"])
+def test_without_the_server_the_launcher_starts_a_plain_kernel(server, monkeypatch, address):
+    if address is None:
+        monkeypatch.delenv(warm_kernels.ENV)
+    else:
+        monkeypatch.setenv(warm_kernels.ENV, address)
     km, kc = _start(warm_kernels.KERNEL_NAME)
     try:
         # not forked by the server: the launcher became ipykernel_launcher (exec), a child of this process
         assert _value(kc, "import os", "(os.getpid(), os.getppid())") == (km.provisioner.pid, os.getpid())
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_a_launcher_that_dies_mid_request_does_not_stop_the_server(server):
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as half:  # connects, sends nothing, goes away
+        half.connect(os.environ[warm_kernels.ENV])
+    km, kc = _start(warm_kernels.KERNEL_NAME)
+    try:
+        assert _value(kc, "import os", "os.getppid()") == server.proc.pid  # still forked by the server
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)

@@ -189,10 +189,20 @@ def serve(address: str, preload: bool = True) -> None:
                     reap()
                 elif key.data == "accept":
                     conn, _ = listener.accept()
-                    _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-                    with conn.makefile("rb") as stream:
-                        request = json.loads(stream.readline())
-                    pid = os.fork()
+                    fds: list[int] = []
+                    try:
+                        _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+                        with conn.makefile("rb") as stream:
+                            request = json.loads(stream.readline())
+                        if len(fds) != 3:
+                            raise ValueError(f"{len(fds)} standard streams")
+                        pid = os.fork()
+                    except (OSError, ValueError) as exc:  # a launcher that died mid-request: serve the next one
+                        print(f"warm kernels: request dropped: {exc}", file=sys.stderr, flush=True)
+                        for fd in fds:
+                            os.close(fd)
+                        conn.close()
+                        continue
                     if pid == 0:
                         sel.close()
                         listener.close()
