@@ -1,8 +1,9 @@
 """Warm notebook kernels for strict nbval: each notebook's kernel is forked from a process that has already imported
 what the notebooks import.
 
-A plain kernel is a new interpreter that imports ipykernel, IPython and debugpy (about 0.5 s of CPU on the 2-core
-machine); then the notebook's first cell imports matplotlib, sympy and the library (most of another second). Twelve
+A plain kernel is a new interpreter that imports ipykernel, IPython and debugpy (about 0.3 s of the kernel's own CPU
+on the 2-core machine, 0.08 s when forked); then the notebook's first cell imports matplotlib, sympy and the library
+(chapter 1's cells took 2.1-2.3 CPU-s in a plain kernel, 1.2-1.35 in a warm one). Twelve
 notebooks paid both in every ``make test``. Here one server per pytest process pays them once.
 
 How: the kernelspec ``tests/kernels/meshplan-warm`` (``make test``: ``-p warm_kernels --nbval-kernel-name
@@ -121,10 +122,9 @@ def _become_kernel(request: dict, fds: list[int], server_pid: int, set_by_import
         sys.argv = ["ipykernel_launcher", *request["argv"], f"--IPKernelApp.parent_handle={server_pid}"]
         import random
 
-        import numpy
-
         random.seed()
-        numpy.random.seed()
+        if "numpy" in sys.modules:  # preloaded: its global generator was seeded once, in the server
+            sys.modules["numpy"].random.seed()
         from ipykernel import kernelapp
 
         kernelapp.launch_new_instance()
@@ -245,7 +245,7 @@ class Server:
         self.dir: str | None = None
 
     def start(self) -> None:
-        """Start the server and wait until it has preloaded (about 2 s); RuntimeError with its output if it fails."""
+        """Start the server and wait until it has preloaded (1-2 s); RuntimeError with its output if it fails."""
         if self.proc is not None:
             return
         self.dir = tempfile.mkdtemp(prefix="meshplan-kernels-")
