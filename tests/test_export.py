@@ -258,7 +258,10 @@ def test_cli_export():
     plan = PLANS["llama405b_uneven_zero2_full_v1"]()
     assert out.stdout == f"# {price_note(plan.replace(accounting='fsdp2'))}\n" + toml(*torchtitan(plan))
     bad = _cli("--format", "megatron", "--model", "llama-3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16")
-    assert bad.returncode == 2 and bad.stderr.strip() == "meshplan: error: pp=16 does not divide 126 layers"
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        "meshplan: error: pp=16 does not divide 126 layers (uneven stages give the first and last stages fewer: "
+        "uneven_stages=True, or --uneven-stages on the command line)"
+    )
     bad = _cli("--format", "megatron", "--model", "qwen3.8-27b", "--gpus", "64", "--tp", "8", "--global-batch", "12")
     assert bad.returncode == 2 and "global batch 12 is not divisible by dp × micro-batch size = 8 × 1" in bad.stderr
     # a mesh that does not divide the GPUs is reported as such, not as a batch of a DP size that does not exist

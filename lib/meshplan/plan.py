@@ -310,7 +310,10 @@ class Plan:
                 raise ValueError(
                     f"pp×virtual_stages = {d.pp}×{self.virtual_stages} does not divide {m.num_layers} layers"
                 )
-            raise ValueError(f"pp={d.pp} does not divide {m.num_layers} layers")
+            raise ValueError(
+                f"pp={d.pp} does not divide {m.num_layers} layers (uneven stages give the first and last stages "
+                "fewer: uneven_stages=True, or --uneven-stages on the command line)"
+            )
         if self.virtual_stages > 1:
             if d.pp == 1:
                 raise ValueError(f"virtual_stages={self.virtual_stages} needs pp > 1")
