@@ -29,9 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def busy_s() -> float:
-    """Core-seconds the whole machine has been busy since boot (/proc/stat: user, nice, system, irq, softirq). Unlike
-    ``getrusage(RUSAGE_CHILDREN)`` it counts processes nobody waits for, such as Chromium's, which leave the process
-    tree when the browser exits (the browser part keeps both cores busy, yet getrusage shows it about 30 CPU-s in 41 s)."""
+    """Core-seconds the whole machine has been busy since boot (/proc/stat: user, nice, system, irq, softirq).
+    Unlike ``getrusage(RUSAGE_CHILDREN)`` it counts processes nobody waits for, such as Chromium's, which leave the
+    process tree when the browser exits (the browser part keeps both cores busy, yet getrusage shows it about 30
+    CPU-s in 41 s)."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
