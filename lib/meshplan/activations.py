@@ -32,6 +32,7 @@ Table 2 lists 2sbh without SP). Units: bytes.
 from __future__ import annotations
 
 from .dims import check_count
+from .stages import interleave_factor
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -72,10 +73,7 @@ def pipeline_inflight_layers(num_layers: int, pp: int = 1, micro_batches: int = 
         ("virtual_stages", virtual_stages),
     ):
         check_count(name, x)
-    layers = num_layers / pp * min(micro_batches, pp)
-    if virtual_stages > 1:
-        layers *= 1 + (pp - 1) / (pp * virtual_stages)
-    return layers
+    return num_layers / pp * min(micro_batches, pp) * interleave_factor(pp, virtual_stages)
 
 
 def activation_bytes(

@@ -3,7 +3,7 @@
 Each is the idle time of the busiest device over the ideal compute m(f + b + w), with f, b, w the times of
 one micro-batch through one stage (1/p of the layers) and 1F1B's full backward b + w:
 
-* GPipe, 1F1B: (p−1)/m (Narayanan et al. 2021 §2.2.1); interleaved: (p−1)/(m·v) (§2.2.2).
+* GPipe, 1F1B: (p−1)/m (Narayanan et al. 2021 §2.2.1); interleaved: (p−1)/(m·v) (§2.2.2): ``pp.bubble_fraction``.
 * ZB-H1: (p−1)(f + b − w) / (m(f + b + w)); ZB-H2: (p−1)(f + b − 2w) / (m(f + b + w)) (Qi et al. 2024,
   Table 2; ZB-H2's assumes m ≥ 2p − 1).
 * DualPipe: (PP/2 − 1)(F&B + B − 3W) (DeepSeek-V3 report, Table 2) with PP = p, B the full backward b + w and
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from ..pp import bubble_fraction
 from .inputs import Time, check, check_times, count
 
 README_SOURCE = (
@@ -68,10 +69,15 @@ def formula_bubble(
     tf, tb, tw = check_times(f, b, w)
     p, m, v = pp, micro_batches, virtual_stages
     ideal = m * (tf + tb + tw)
-    if kind in ("gpipe", "1f1b"):
-        return _float(Fraction(p - 1, m), "(p−1)/m")
-    if kind == "interleaved":
-        return _float(Fraction(p - 1, m * v), "(p−1)/(m·v)")
+    if kind in ("gpipe", "1f1b", "interleaved"):
+        v = v if kind == "interleaved" else 1
+        try:
+            return bubble_fraction(p, m, v)  # Python's int ÷ int is correctly rounded, at any size
+        except OverflowError:
+            raise ValueError(
+                f"the bubble {'(p−1)/m' if v == 1 else '(p−1)/(m·v)'} = {count((p - 1) // (m * v))} is too large "
+                "for a float"
+            ) from None
     if kind == "zb-h2" and m < 2 * p - 1:
         raise ValueError(
             f"micro_batches={count(m)} is fewer than 2 × pp − 1 = {count(2 * p - 1)}, which ZB-H2's formula assumes"
