@@ -6,7 +6,7 @@
 #   make book      execute every notebook and build the HTML site, failing on any warning
 #   make test      unit, property, CLI and doctest tests + strict nbval (each notebook executed once), then
 #                  the site built from the outputs nbval has just verified, then the browser checks
-#   make check     the inner loop (15-18 s): unit and property tests, a fifth of the hypothesis examples; no browser,
+#   make check     the inner loop (14-18 s): unit and property tests, a fifth of the hypothesis examples; no browser,
 #                  notebooks, torch runs or rendered figures
 #   make lint      ruff (lint and format) and mypy
 #   make lab       JupyterLab on 127.0.0.1 with live widgets (opens the evolution map)
