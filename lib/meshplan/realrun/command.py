@@ -123,11 +123,11 @@ def validate(quick: bool = True, output: Path | str | None = None) -> tuple[list
     import importlib.util
 
     path = check_output(output) if output is not None else None
-    for name, pin in (("torch", "torch==2.13.0"), ("transformers", "transformers==5.23.0")):
+    for name, pin in (("torch", "torch==2.13.0; a CPU build is enough"), ("transformers", "transformers==5.23.0")):
         if importlib.util.find_spec(name) is None:
             raise ValueError(
                 f"validate needs {name}: install the pinned version, the one data/realrun_results.json was recorded "
-                f"with (pip install {pin}; a CPU build of torch is enough)"
+                f"with (pip install {pin})"
             )
     import torch
 
