@@ -8,7 +8,7 @@
 #                  the site built from the outputs nbval has just verified, then the browser checks
 #   make check     the inner loop (14-18 s): unit and property tests, a fifth of the hypothesis examples; no browser,
 #                  notebooks, torch runs or rendered figures
-#   make lint      ruff (lint and format) and mypy
+#   make lint      ruff (lint and format), mypy and import-linter (the library's layers)
 #   make lab       JupyterLab on 127.0.0.1 with live widgets (opens the evolution map)
 #   make clean     remove build outputs; `make distclean` also removes .venv
 
@@ -115,6 +115,7 @@ lint: venv
 	$(VENV_BIN)/ruff check --select F --ignore F811 notebooks  # pyflakes only; a visible cell may re-import
 	$(VENV_BIN)/ruff format --check lib tests scripts
 	$(VENV_BIN)/mypy
+	$(VENV_BIN)/lint-imports --no-cache  # the library's layers (.importlinter)
 
 # Take the course in JupyterLab: every exercise is a live widget that calls the library as you move it.
 # Serves this folder on 127.0.0.1 and opens the evolution map, the course's entry point, in your browser (the

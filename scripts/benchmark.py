@@ -52,7 +52,8 @@ def bench_machine() -> None:
 
 def bench_plans(repeat: int = 2000) -> None:
     import meshplan
-    from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
+    from meshplan.course.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
+    from meshplan.spec.stages import spread_layers
 
     cases = {
         "evaluate(plan), anchor lab rows": [lab_plan(r) for r in LAB_8_GPUS + LAB_64_GPUS],
@@ -66,7 +67,7 @@ def bench_plans(repeat: int = 2000) -> None:
                 recompute="selective",
                 seq=8192,
                 micro_batches=16,
-                layers_per_stage=meshplan.plan.spread_layers(126, 16),
+                layers_per_stage=spread_layers(126, 16),
             )
         ],
         "evaluate(plan), DeepSeek-V3 2,048 GPUs (PP 1, EP 64, DP 256)": [

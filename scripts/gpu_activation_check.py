@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Measure the activation memory of one transformer layer of the anchor's width on a CUDA GPU and compare it
-with Korthikanti et al. 2022, Table 2 (``meshplan.activations.activation_bytes_per_layer``).
+with Korthikanti et al. 2022, Table 2 (``meshplan.parallel.activations.activation_bytes_per_layer``).
 
     .venv/bin/python scripts/gpu_activation_check.py            # writes data/gpu_activation_check.json
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import meshplan
-from meshplan import activations
+from meshplan.parallel import activations
 
 OUT = Path(__file__).resolve().parents[1] / "lib" / "meshplan" / "data" / "gpu_activation_check.json"
 

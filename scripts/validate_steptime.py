@@ -4,7 +4,7 @@
     .venv/bin/python scripts/validate_steptime.py --plot out.png      # and a predicted-vs-published PNG
     .venv/bin/python scripts/validate_steptime.py --write-fit         # refit on the declared fit set and store it
 
-The fit set (Narayanan et al. 2021 Table 1) is declared in ``meshplan.calibration.FIT_SET``; every other run is
+The fit set (Narayanan et al. 2021 Table 1) is declared in ``meshplan.steptime.fitting.FIT_SET``; every other run is
 held out and its errors are reported apart.
 """
 
@@ -14,10 +14,11 @@ import argparse
 import json
 import sys
 
-from meshplan import calibration, published
-from meshplan.resources import data_path
+from meshplan.core.resources import data_path
+from meshplan.course import published
 from meshplan.steptime import calibration as stored_calibration
 from meshplan.steptime import fit_data
+from meshplan.steptime import fitting as calibration
 
 
 def table(rows: list[calibration.Row]) -> str:

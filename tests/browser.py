@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from meshplan.grid import _members
-from meshplan.mesh import AXES
+from meshplan.course.grid import _members
+from meshplan.spec.mesh import AXES
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page, ViewportSize

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 from browser import choose, chosen, predict, site_page, skip_prediction, slide
 
-from meshplan import buckets, collectives, dp, load_hardware, load_model
+from meshplan import load_hardware, load_model
+from meshplan.core import collectives
+from meshplan.parallel import buckets, dp
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/02_data_parallel.html"

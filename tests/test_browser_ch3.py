@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page, skip_prediction
 
-from meshplan import Plan, evaluate, load_model, zero
+from meshplan import Plan, evaluate, load_model
+from meshplan.parallel import zero
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/03_zero_fsdp.html"

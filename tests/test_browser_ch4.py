@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page
 
-from meshplan import Plan, evaluate, tp, tpbench
-from meshplan.units import fmt_gb, fmt_pct
+from meshplan import Plan, evaluate
+from meshplan.core.units import fmt_gb, fmt_pct
+from meshplan.course import tpbench
+from meshplan.parallel import tp
+from meshplan.steptime import breakdowns
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/04_tensor_parallel.html"
@@ -83,7 +86,7 @@ def test_chapter4_plan_checklist(viewport):
         assert (
             ck.locator(".mp-summary").inner_text() == "4 of 5 checks pass; failing: TP time below the layer's compute."
         )
-        lt = tp.layer_time(evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, recompute="selective")))
+        lt = breakdowns.layer_time(evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, recompute="selective")))
         line = ck.locator('li[data-check="TP time below the layer\'s compute"]').inner_text()
         assert line.startswith("✗") and f"({fmt_pct(lt.tp_over_compute, 0)})" in line
 

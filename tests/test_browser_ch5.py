@@ -19,7 +19,7 @@ from browser import (
 )
 
 from meshplan import schedule
-from meshplan.lab import pipeline_design_checklist
+from meshplan.course.lab import pipeline_design_checklist
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/05_pipeline_parallel.html"

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page, skip_prediction
 
-from meshplan import Plan, cp, evaluate, search
-from meshplan.units import fmt_gb, fmt_int
+from meshplan import Plan, evaluate, search
+from meshplan.core.units import fmt_gb, fmt_int
+from meshplan.parallel import cp
+from meshplan.steptime import breakdowns
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/06_context_parallel.html"
@@ -85,7 +87,7 @@ def test_chapter6_plan_checklist(viewport):
             "qwen3.8-27b", gpus=64, tp=4, cp=16, seq=LONG, zero=3, recompute="selective", micro_batches=1
         )
         report = evaluate(plan)
-        o = cp.ring_overlap(report)
+        o = breakdowns.ring_overlap(report)
         assert fmt_gb(report.memory_bytes["total"]) in lines["memory fits"]
         assert (
             f"K/V {1e3 * o.transfer_s:.2f} ms on InfiniBand against attention {1e3 * o.attention_s:.2f} ms"

@@ -6,8 +6,11 @@ from __future__ import annotations
 import pytest
 from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page, skip_prediction
 
-from meshplan import calibration, ep, evaluate
-from meshplan.dims import ParallelDims
+from meshplan import evaluate
+from meshplan.parallel import ep
+from meshplan.spec.dims import ParallelDims
+from meshplan.steptime import breakdowns
+from meshplan.steptime import fitting as calibration
 from meshplan.widgets import Result, compare
 
 PAGE = "notebooks/07_expert_parallel.html"
@@ -29,12 +32,14 @@ def test_chapter7_ratio_exercise(viewport):
         ex = page.locator("#mp-ex-ch7-ratio")
         ex.scroll_into_view_if_needed()
         assert [chosen(ex, n) for n in ("dispatch", "routing", "gemms")] == ["FP8", "≤ 4 nodes", "bf16"]
-        fp8_nodes = ep.all_to_all_balance(report, dispatch_bytes=ep.FP8_DISPATCH_BYTES, max_nodes=4).ratio
+        fp8_nodes = breakdowns.all_to_all_balance(report, dispatch_bytes=ep.FP8_DISPATCH_BYTES, max_nodes=4).ratio
         assert skip_prediction(ex) == f"You skipped the prediction. The library says {fp8_nodes:,.2f} ×."
 
         choose(ex, "gemms", "FP8")  # DeepSeek-V3's three choices together
         assert chosen(ex, "gemms") == "FP8" and ex.locator(".mp-answer").inner_text() == ""
-        value = ep.all_to_all_balance(report, dispatch_bytes=ep.FP8_DISPATCH_BYTES, max_nodes=4, gemm_speedup=2.0).ratio
+        value = breakdowns.all_to_all_balance(
+            report, dispatch_bytes=ep.FP8_DISPATCH_BYTES, max_nodes=4, gemm_speedup=2.0
+        ).ratio
         answer = predict(ex, "1", enter=True)
         assert answer[0] == compare("1", Result(value, f"{value:,.2f} ×"), unit="×", digits=2)
         assert (
@@ -108,5 +113,7 @@ def test_chapter7_plan_checklist(viewport):
         assert chosen(ck, "ep_size") == "64"
         lines = _lines(ck)
         assert ck.locator(".mp-summary").inner_text() == "4 of 4 checks pass.", lines
-        b = ep.all_to_all_balance(evaluate(run), dispatch_bytes=ep.FP8_DISPATCH_BYTES, max_nodes=4, gemm_speedup=2.0)
+        b = breakdowns.all_to_all_balance(
+            evaluate(run), dispatch_bytes=ep.FP8_DISPATCH_BYTES, max_nodes=4, gemm_speedup=2.0
+        )
         assert f"(ratio {b.ratio:.2f})" in lines["all-to-all within the compute"]

@@ -1,7 +1,7 @@
 """Chapter 8 in the built site (headless Chromium, file://, network blocked): click GPUs in the device grid and
 compare the highlighted groups with ``meshplan.Mesh``; pick another axis order; move a control to a mesh that does
 not fit and see it flagged; move an exercise control and check the shown answer; write a whole plan in the
-plan-design checklists and read the same lines ``meshplan.design`` prints, on a desktop and on a phone."""
+plan-design checklists and read the same lines ``meshplan.course.design`` prints, on a desktop and on a phone."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from browser import DESKTOP, PHONE, check_grid_rank, choose, chosen, horizontal_overflow, predict, site_page, slide
 
 from meshplan import Mesh, Plan, evaluate
-from meshplan.lab import design_checklist_8, design_checklist_64, heaviest_exercise
+from meshplan.course.lab import design_checklist_8, design_checklist_64, heaviest_exercise
 from meshplan.widgets import compare
 
 CH8 = "notebooks/08_4d_lab.html"

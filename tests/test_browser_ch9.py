@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from browser import DESKTOP, PHONE, choose, chosen, horizontal_overflow, predict, site_page, skip_prediction
 
-from meshplan import load_model, units, zero
+from meshplan import load_model
+from meshplan.core import units
+from meshplan.parallel import zero
 from meshplan.realrun import load_results, rows_from_results
 from meshplan.realrun.predict import fsdp2_resharded, gpt_param_numels, zero1_partition
 from meshplan.widgets import Result, compare

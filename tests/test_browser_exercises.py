@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 from browser import choose, chosen, predict, site_page, skip_prediction
 
-from meshplan import MEGATRON_BPP, Plan, evaluate, load_model, zero
+from meshplan import MEGATRON_BPP, Plan, evaluate, load_model
+from meshplan.parallel import zero
 from meshplan.widgets import Result, compare
 
 CH1 = "notebooks/01_one_gpu.html"

@@ -21,8 +21,9 @@ from browser import (
     site_page,
 )
 
-from meshplan import evolution, load_hardware
-from meshplan.lab import ANCHOR
+from meshplan import load_hardware
+from meshplan.course import evolution
+from meshplan.course.lab import ANCHOR
 from meshplan.widgets import Result, compare
 
 BOOK_TITLE = "Parallelism for LLM training: a computed course"

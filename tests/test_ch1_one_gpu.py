@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan import (
-    DEFAULT_BPP,
-    MEGATRON_BPP,
-    accounting,
-    activations,
-    compute,
-    engine_activations,
-    lab,
-    load_hardware,
-    load_model,
-    published,
-    zero,
-)
-from meshplan.resources import read_json
-from meshplan.units import GB, fmt_gb, fmt_gib, fmt_pct
+from meshplan import DEFAULT_BPP, MEGATRON_BPP, load_hardware, load_model
+from meshplan.core.resources import read_json
+from meshplan.core.units import GB, fmt_gb, fmt_gib, fmt_pct
+from meshplan.course import lab, published
+from meshplan.parallel import activations, compute, engine_activations, zero
+from meshplan.spec import accounting
 
 P = 27_781_427_952
 SEQ = 4096
@@ -250,7 +241,7 @@ def test_utilisation_and_time_reject_bad_input(anchor):
 def test_where_it_gets_stuck_is_the_maps_first_row(hw):
     """The chapter's closing glues the evolution map's first row (``evolution.row(1)``), which must print the
     numbers this chapter computes."""
-    from meshplan import evolution
+    from meshplan.course import evolution
 
     numbers = {name: n.text for name, n in evolution.row(1).numbers.items()}
     assert numbers == {

@@ -12,22 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from meshplan import (
-    Plan,
-    accounting,
-    buckets,
-    collectives,
-    compute,
-    derive,
-    dp,
-    evaluate,
-    load_hardware,
-    load_model,
-    published,
-    steptime,
-    zero,
-)
-from meshplan.units import GB, MiB, fmt_pct
+from meshplan import Plan, evaluate, load_hardware, load_model, steptime
+from meshplan.core import collectives
+from meshplan.core.units import GB, MiB, fmt_pct
+from meshplan.course import derive, published
+from meshplan.parallel import buckets, compute, dp, zero
+from meshplan.spec import accounting
 
 P = 27_781_427_952
 
@@ -351,7 +341,7 @@ def test_the_step_time_model_on_the_same_step():
 def test_where_it_gets_stuck_the_map_rows():
     """Rows 2 and 3 of the evolution map (``evolution.row``), which the chapter glues, print the chapter's numbers;
     row 1 opens it."""
-    from meshplan import evolution
+    from meshplan.course import evolution
 
     hw = load_hardware()
     assert gb(dp.replica_states_bytes(P, 8)) == "444.5"

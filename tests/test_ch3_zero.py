@@ -11,24 +11,13 @@ from typing import Any
 
 import pytest
 
-from meshplan import (
-    DEFAULT_BPP,
-    FSDP2_BPP,
-    MEGATRON_BPP,
-    Plan,
-    activations,
-    collectives,
-    derive,
-    dp,
-    estimators,
-    evaluate,
-    load_hardware,
-    load_model,
-    tp,
-    zero,
-)
-from meshplan.resources import read_json
-from meshplan.units import GB, GiB
+from meshplan import DEFAULT_BPP, FSDP2_BPP, MEGATRON_BPP, Plan, evaluate, load_hardware, load_model
+from meshplan.core import collectives
+from meshplan.core.resources import read_json
+from meshplan.core.units import GB, GiB
+from meshplan.course import derive, estimators
+from meshplan.parallel import activations, dp, zero
+from meshplan.steptime import breakdowns
 
 P = 27_781_427_952
 LL = 248_320 * 5_120  # the anchor's largest module: embedding (= untied head), V·h
@@ -288,7 +277,7 @@ def test_prefetch_one_layer_gather_against_its_compute():
     assert f"{gather / GB:.2f}" == "0.67"
     nv = collectives.transfer_time_s(gather, hw.nvlink_bytes_per_s)
     ib = collectives.transfer_time_s(gather, hw.infiniband_bytes_per_s)
-    lt = tp.layer_time(evaluate(Plan.create("qwen3.8-27b", gpus=8, zero=3, recompute="selective")))
+    lt = breakdowns.layer_time(evaluate(Plan.create("qwen3.8-27b", gpus=8, zero=3, recompute="selective")))
     assert (f"{nv * 1e3:.1f}", f"{ib * 1e3:.1f}") == ("4.2", "13.4")
     assert (f"{lt.forward_s * 1e3:.1f}", f"{lt.backward_s * 1e3:.1f}", lt.tp_s, lt.link) == ("5.5", "11.2", 0.0, None)
     assert nv < lt.forward_s < ib  # hidden inside a node, not across

@@ -7,19 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from meshplan import (
-    Plan,
-    activations,
-    collectives,
-    derive,
-    evaluate,
-    load_hardware,
-    load_model,
-    published,
-    tp,
-    tpbench,
-)
-from meshplan.units import GB
+from meshplan import Plan, evaluate, load_hardware, load_model
+from meshplan.core import collectives
+from meshplan.core.units import GB
+from meshplan.course import derive, published, tpbench
+from meshplan.parallel import activations, tp
+from meshplan.steptime import breakdowns
 
 S, B, H, A, L = 4_096, 1, 5_120, 24, 64
 
@@ -85,11 +78,11 @@ def test_tp8_bytes_per_4096_tokens_and_link_time():
 MACHINES = ("lab", "h100-sxm-80gb", "b200-sxm-180gb")
 
 
-def _layer(machine: str, t: int, ledger: str = "lab", tp_overlap: str | None = None, **kw) -> tp.LayerTime:
+def _layer(machine: str, t: int, ledger: str = "lab", tp_overlap: str | None = None, **kw) -> breakdowns.LayerTime:
     plan = Plan.create(
         "qwen3.8-27b", gpus=max(t, 8), tp=t, recompute="selective", hardware=machine, accounting=ledger, **kw
     )
-    return tp.layer_time(evaluate(plan), tp_overlap)
+    return breakdowns.layer_time(evaluate(plan), tp_overlap)
 
 
 def test_layer_time_per_machine():
@@ -145,7 +138,7 @@ def test_layer_time_is_the_step_time_models_micro_batch():
 
     for kw in ({"gpus": 8, "tp": 8}, {"gpus": 16, "tp": 4, "pp": 4}, {"gpus": 8, "tp": 2, "recompute": "full"}):
         r = evaluate(Plan.create("qwen3.8-27b", micro_batches=8, **kw))
-        lt = tp.layer_time(r)
+        lt = breakdowns.layer_time(r)
         n = r.plan.stages[r.traffic_stage].num_layers
         mb = steptime.micro_batch(r, r.traffic_stage)
         assert (lt.forward_s * n, lt.backward_s * n, lt.tp_s * n) == pytest.approx(

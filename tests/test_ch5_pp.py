@@ -13,11 +13,13 @@ import pytest
 import saved_notebook
 from saved_notebook import printed
 
-from meshplan import Plan, activations, evaluate, evolution, load_model, pp, published, schedule, tp
-from meshplan.accounting import get_accounting
-from meshplan.lab import DESIGN_PIPELINE, LAB_8_GPUS, LAB_64_GPUS, lab_plan, pipeline_design_checklist
-from meshplan.plotting import TimelineExplorer, gantt, gantt_grid, timeline_svg
-from meshplan.units import fmt_gb, fmt_mb, fmt_pct
+from meshplan import Plan, evaluate, load_model, schedule
+from meshplan.core.units import fmt_gb, fmt_mb, fmt_pct
+from meshplan.course import evolution, published
+from meshplan.course.lab import DESIGN_PIPELINE, LAB_8_GPUS, LAB_64_GPUS, lab_plan, pipeline_design_checklist
+from meshplan.course.plotting import TimelineExplorer, gantt, gantt_grid, timeline_svg
+from meshplan.parallel import activations, pp, tp
+from meshplan.spec.accounting import get_accounting
 
 S, B = 4096, 1
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "05_pipeline_parallel.ipynb"

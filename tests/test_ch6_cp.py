@@ -10,21 +10,13 @@ import pytest
 import saved_notebook
 from saved_notebook import printed
 
-from meshplan import (
-    Plan,
-    activations,
-    calibration,
-    cp,
-    evaluate,
-    evolution,
-    load_model,
-    published,
-    search,
-    steptime,
-    tp,
-)
-from meshplan.lab import LAB_64_GPUS, lab_plan
-from meshplan.units import fmt_gb, fmt_gib, fmt_int, fmt_mb, fmt_pct
+from meshplan import Plan, evaluate, load_model, search, steptime
+from meshplan.core.units import fmt_gb, fmt_gib, fmt_int, fmt_mb, fmt_pct
+from meshplan.course import evolution, published
+from meshplan.course.lab import LAB_64_GPUS, lab_plan
+from meshplan.parallel import activations, cp, tp
+from meshplan.steptime import breakdowns
+from meshplan.steptime import fitting as calibration
 
 LONG = 131072
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_context_parallel.ipynb"
@@ -135,7 +127,7 @@ def test_llama3_kept_its_tokens_per_step():
 
 def test_cp_keeps_the_llama3_pipelines_busy(llama):
     with_cp, ex = llama
-    without_cp = cp.fold_into_dp(with_cp)
+    without_cp = breakdowns.fold_into_dp(with_cp)
     got = {}
     for plan in (with_cp, without_cp):
         r = evaluate(plan)
@@ -158,14 +150,14 @@ def test_cp_keeps_the_llama3_pipelines_busy(llama):
 
 def test_fold_into_dp():
     p = Plan.create("qwen3.8-27b", gpus=64, tp=4, cp=4, pp=4, seq=32768, global_batch=16, virtual_stages=2)
-    q = cp.fold_into_dp(p)
+    q = breakdowns.fold_into_dp(p)
     assert (q.cp, q.dp, q.micro_batches, q.virtual_stages, q.global_batch) == (1, 4, 4, 2, 16)  # m = 4 ≥ pp: kept
-    r = cp.fold_into_dp(p.replace(global_batch=4))
+    r = breakdowns.fold_into_dp(p.replace(global_batch=4))
     assert (r.dp, r.micro_batches, r.virtual_stages) == (4, 1, 1)  # m = 1 < pp: the interleaved schedule cannot run
     plain = Plan.create("qwen3.8-27b", gpus=8, tp=8)
-    assert cp.fold_into_dp(plain) is plain
+    assert breakdowns.fold_into_dp(plain) is plain
     with pytest.raises(ValueError, match=r"^global batch 1 is not divisible by dp × micro-batch size = 8 × 1 = 8$"):
-        cp.fold_into_dp(Plan.create("qwen3.8-27b", gpus=64, tp=8, cp=8, seq=LONG, global_batch=1))
+        breakdowns.fold_into_dp(Plan.create("qwen3.8-27b", gpus=64, tp=8, cp=8, seq=LONG, global_batch=1))
 
 
 def test_activations_of_one_long_sequence(anchor):
@@ -219,7 +211,7 @@ def test_kv_exchange_against_attention(anchor, llama):
         ("131K", evaluate(plan), None),
         ("llama", evaluate(llama[0]), llama[1]),
     ):
-        o = cp.ring_overlap(report, execution=ex)
+        o = breakdowns.ring_overlap(report, execution=ex)
         rows[label] = (
             fmt_mb(o.kv_bytes),
             o.link,
@@ -252,7 +244,7 @@ def test_ring_overlap_is_the_step_time_models_cp_term(anchor, kw):
     for k in range(report.plan.pp):
         for overlap in (True, False):
             ex = replace(base, cp_overlap=overlap)
-            o = cp.ring_overlap(report, k, execution=ex)
+            o = breakdowns.ring_overlap(report, k, execution=ex)
             assert o.overlapped is overlap
             assert o.per_micro_batch_s == pytest.approx(steptime.micro_batch(report, k, ex).cp_s, rel=1e-12)
             assert o.per_micro_batch_s == o.passes * o.layers * (
@@ -262,14 +254,14 @@ def test_ring_overlap_is_the_step_time_models_cp_term(anchor, kw):
 
 def test_ring_overlap_refuses_what_has_no_exchange(anchor):
     with pytest.raises(ValueError, match=r"^cp=1: the plan has no context parallelism, so no K/V are exchanged$"):
-        cp.ring_overlap(evaluate(Plan.create(anchor, gpus=8, tp=8)))
+        breakdowns.ring_overlap(evaluate(Plan.create(anchor, gpus=8, tp=8)))
     report = evaluate(Plan.create(anchor, gpus=64, tp=8, cp=8, seq=LONG, micro_batches=1))
     with pytest.raises(ValueError, match=r"^stage=1 must be a pipeline stage from 0 to 0$"):
-        cp.ring_overlap(report, 1)
+        breakdowns.ring_overlap(report, 1)
     deep = evaluate(Plan.create(anchor, gpus=128, cp=2, pp=64, seq=8192, recompute="full", micro_batches=64))
     with pytest.raises(ValueError, match=r"^stage 0 of qwen3.8-27b has no full-attention layer"):
-        cp.ring_overlap(deep, 0)  # one Gated DeltaNet layer per stage; layer 3 is the first full-attention one
-    assert cp.ring_overlap(deep, 3).layers == 1
+        breakdowns.ring_overlap(deep, 0)  # one Gated DeltaNet layer per stage; layer 3 is the first full-attention one
+    assert breakdowns.ring_overlap(deep, 3).layers == 1
 
 
 def test_only_full_attention_layers_pay(anchor):
@@ -302,7 +294,7 @@ def test_plan_it_yourself(anchor):
         return Plan.create(anchor, gpus=64, tp=tp_, cp=cp_, pp=pp_, seq=LONG, zero=zero, recompute=rc, micro_batches=1)
 
     best = evaluate(plan(4, 16, 1, 3, "selective"))
-    o = cp.ring_overlap(best)
+    o = breakdowns.ring_overlap(best)
     assert (fmt_gb(best.memory_bytes["total"]), best.fits, LONG // 16 >= 4096, o.transfer_s < o.attention_s) == (
         "29.8 GB",
         True,
@@ -311,7 +303,7 @@ def test_plan_it_yourself(anchor):
     )
     assert 4 % 4 == 0 and anchor.num_key_value_heads % 8  # TP 4 holds whole KV heads, TP 8 does not
     assert LONG // 64 < search.MIN_SEQ_PER_CP_RANK  # CP 64 leaves 2,048 tokens per rank
-    exposed = cp.ring_overlap(evaluate(plan(1, 64, 1, 3, "full")))
+    exposed = breakdowns.ring_overlap(evaluate(plan(1, 64, 1, 3, "full")))
     assert exposed.transfer_s > exposed.attention_s  # TP 1: four KV heads per GPU to pass
     assert not evaluate(plan(4, 16, 1, 0, "selective")).fits  # ZeRO must shard over the CP ranks
 

@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 
-from meshplan import calibration, ep, evaluate, load_hardware, load_model, published, steptime, tp
-from meshplan.collectives import all_to_all_bytes
-from meshplan.mesh import Mesh
-from meshplan.units import fmt_gb, fmt_int, fmt_pct
+from meshplan import evaluate, load_hardware, load_model, steptime
+from meshplan.core.collectives import all_to_all_bytes
+from meshplan.core.units import fmt_gb, fmt_int, fmt_pct
+from meshplan.course import published
+from meshplan.parallel import ep, tp
+from meshplan.spec.mesh import Mesh
+from meshplan.steptime import breakdowns
+from meshplan.steptime import fitting as calibration
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +119,7 @@ def test_bytes_per_token_on_the_ep_link():
 
 
 def test_the_step_time_model_gives_1_55_and_deepseeks_choices_bring_it_to_1_to_1(run_report, v3):
-    base = ep.all_to_all_balance(run_report)
+    base = breakdowns.all_to_all_balance(run_report)
     mb = steptime.micro_batch(run_report, base.stage, steptime.Execution())
     assert base.stage == run_report.traffic_stage == 2 and run_report.plan.stages[2].moe_layers == 4
     assert (base.compute_s, base.gemm_s, base.all_to_all_s) == (mb.compute_s, mb.gemm_s, mb.ep_s)
@@ -131,7 +135,7 @@ def test_the_step_time_model_gives_1_55_and_deepseeks_choices_bring_it_to_1_to_1
         "nodes": {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4},
         "gemm": {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4, "gemm_speedup": 2.0},
     }
-    got = {name: ep.all_to_all_balance(run_report, **kw) for name, kw in settings.items()}
+    got = {name: breakdowns.all_to_all_balance(run_report, **kw) for name, kw in settings.items()}
     ratios = {k: f"{b.ratio:.2f}" for k, b in got.items()}
     assert ratios == {"base": "1.55", "fp8": "1.17", "nodes": "0.60", "gemm": "0.89"}
     assert [f"{1e3 * b.all_to_all_s:,.0f} ms" for b in got.values()] == ["199 ms", "151 ms", "77 ms", "77 ms"]
@@ -157,20 +161,20 @@ def test_all_to_all_balance_reads_the_nodes_from_the_mesh(run_report):
     mesh = v3_layout.plan.mesh
     assert len({mesh.node(r) for r in mesh.group(0, "ep")}) == 8
     kw: dict[str, Any] = {"dispatch_bytes": ep.FP8_DISPATCH_BYTES, "max_nodes": 4}
-    assert ep.all_to_all_balance(v3_layout, **kw) == ep.all_to_all_balance(run_report, **kw)
+    assert breakdowns.all_to_all_balance(v3_layout, **kw) == breakdowns.all_to_all_balance(run_report, **kw)
     # EP 8 inside one node (DP innermost): NVLink, and the node limit changes nothing
     one_node = evaluate(run_report.plan.replace(order="tp-cp-dp-pp", ep=8))
     assert one_node.link["ep"] == "nvlink"
-    assert ep.all_to_all_balance(one_node, max_nodes=4) == ep.all_to_all_balance(one_node)
+    assert breakdowns.all_to_all_balance(one_node, max_nodes=4) == breakdowns.all_to_all_balance(one_node)
 
 
 def test_all_to_all_balance_refuses_plans_without_experts():
     from meshplan import Plan
 
     with pytest.raises(ValueError, match="ep=1: the plan has no expert-parallel all-to-all"):
-        ep.all_to_all_balance(evaluate(Plan.create("llama-3.1-8b", gpus=8, dp=8)))
+        breakdowns.all_to_all_balance(evaluate(Plan.create("llama-3.1-8b", gpus=8, dp=8)))
     with pytest.raises(ValueError, match=r"gemm_speedup=0.5 must be a number >= 1"):
-        ep.all_to_all_balance(
+        breakdowns.all_to_all_balance(
             evaluate(calibration.run_plan(calibration.run("deepseek-v3-pretraining"))), gemm_speedup=0.5
         )
 
@@ -287,8 +291,8 @@ def test_expert_data_parallel_sync_of_the_deepseek_plans(run_report, v3):
 )
 def test_expert_data_parallel_sync_of_the_recipe(gpus, expert_tp, expert_dp, edp_gb):
     from meshplan import Plan
-    from meshplan.mesh import MEGATRON_ORDER
-    from meshplan.plan import spread_layers
+    from meshplan.spec.mesh import MEGATRON_ORDER
+    from meshplan.spec.stages import spread_layers
 
     plan = Plan.create(
         "deepseek-v3",
@@ -310,7 +314,7 @@ def test_expert_data_parallel_sync_of_the_recipe(gpus, expert_tp, expert_dp, edp
 
 
 def test_expert_dp_exercise_default():
-    from meshplan.dims import ParallelDims
+    from meshplan.spec.dims import ParallelDims
 
     assert ParallelDims(tp=2, pp=1, dp=48, ep=8, expert_tp=1).expert_dp == 12
     with pytest.raises(ValueError, match="does not divide"):

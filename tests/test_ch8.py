@@ -1,6 +1,6 @@
 """Chapter 8's numbers (notebooks/08_4d_lab.ipynb), each asserted to the digit the chapter prints, from the library
-calls the chapter makes (``meshplan.lab``, ``meshplan.published``, ``meshplan.design``, ``meshplan.calibration``);
-GB = 1e9 B, kB = 1e3 B.
+calls the chapter makes (``meshplan.course.lab``, ``meshplan.course.published``, ``meshplan.course.design``,
+``meshplan.steptime.fitting``); GB = 1e9 B, kB = 1e3 B.
 
 The lab tables themselves are asserted in test_lab_numbers.py; Llama 3's ranks in FSDP2's ledger in test_search.py;
 the export's flags in test_export.py."""
@@ -19,11 +19,11 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from meshplan import Plan, calibration, design, evaluate, evolution, load_model, pp, published, zero
-from meshplan.compute import step_flop
-from meshplan.export import export_text
-from meshplan.grid import nodes_spanned
-from meshplan.lab import (
+from meshplan import Plan, evaluate, load_model
+from meshplan.core.units import fmt_gb, fmt_mb, fmt_pct
+from meshplan.course import design, evolution, published
+from meshplan.course.grid import nodes_spanned
+from meshplan.course.lab import (
     ANCHOR,
     DESIGN_8_GPUS,
     DESIGN_64_GPUS,
@@ -40,10 +40,13 @@ from meshplan.lab import (
     lab_reports,
     small_model_exercise,
 )
-from meshplan.plan import spread_layers, stage_inflight_layers
+from meshplan.export import export_text
+from meshplan.parallel import pp, zero
+from meshplan.parallel.compute import step_flop
 from meshplan.search import search
+from meshplan.spec.stages import spread_layers, stage_inflight_layers
 from meshplan.steptime import Execution, step_time
-from meshplan.units import fmt_gb, fmt_mb, fmt_pct
+from meshplan.steptime import fitting as calibration
 
 LEDGERS = ("lab", "fsdp2", "megatron")
 

@@ -14,7 +14,7 @@ import pytest
 from commands import run, run_processes
 
 from meshplan import Plan, evaluate
-from meshplan.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
+from meshplan.course.lab import LAB_8_GPUS, LAB_64_GPUS, lab_plan
 
 CONTRACT = ["model", "params", "gpus", "mesh", "memory_bytes", "fits", "comm_bytes_per_step", "link", "bubble"]
 DIMS = ["dp", "tp", "pp", "cp", "ep", "edp"]  # the five dimensions and the expert-data-parallel sync

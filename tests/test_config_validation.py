@@ -20,8 +20,8 @@ from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meshplan.model import FAMILIES, MODELS_DIR, load_model, model_from_config
-from meshplan.models.fields import COUNT_KEYS
+from meshplan.spec.model import FAMILIES, MODELS_DIR, load_model, model_from_config
+from meshplan.spec.models.fields import COUNT_KEYS
 
 PUBLIC = MODELS_DIR / "public"
 
@@ -287,13 +287,13 @@ def test_loader_doctests(module):
     import doctest
     import importlib
 
-    result = doctest.testmod(importlib.import_module(f"meshplan.models.{module}"), optionflags=doctest.ELLIPSIS)
+    result = doctest.testmod(importlib.import_module(f"meshplan.spec.models.{module}"), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0
 
 
 def test_import_meshplan_does_not_import_torch_or_transformers():
     code = (
-        "import sys, meshplan; from meshplan.model import load_model; load_model('deepseek-v3'); "
+        "import sys, meshplan; from meshplan.spec.model import load_model; load_model('deepseek-v3'); "
         "print('torch' in sys.modules, 'transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

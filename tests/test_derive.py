@@ -1,4 +1,4 @@
-"""The sympy derivations in ``meshplan.derive`` equal the library's numeric functions.
+"""The sympy derivations in ``meshplan.course.derive`` equal the library's numeric functions.
 
 Each expression is lambdified (pure-Python ``math`` backend) and compared with the numeric code at many
 points with ``math.isclose(rel_tol=1e-12)``. Units: derive counts **elements** (Ψ parameters); the numeric
@@ -13,7 +13,9 @@ import pytest
 
 sp = pytest.importorskip("sympy")
 
-from meshplan import collectives, derive, dp, pp, zero  # noqa: E402
+from meshplan.core import collectives  # noqa: E402
+from meshplan.course import derive  # noqa: E402
+from meshplan.parallel import dp, pp, zero  # noqa: E402
 
 PSIS = [1.0, 3_688_704.0, 7.5e9, 27_781_427_952.0, 671_026_419_200.0, 1.3e13]
 NS = list(range(1, 129))

@@ -1,4 +1,5 @@
-"""The fsdp2 activation ledger (``meshplan.engine_activations``) against what autograd saves (``meshplan.measure``).
+"""The fsdp2 activation ledger (``meshplan.parallel.engine_activations``) against what autograd saves
+(``meshplan.realrun.measure``).
 
 For every family, a tiny config built with the pinned ``transformers`` (a few layers, small widths, realistic
 ratios: GQA, MoE with several experts and shared experts, sliding windows shorter than the longer sequence,
@@ -19,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from meshplan import engine_activations as ea
-from meshplan import measure
-from meshplan.activations import activation_bytes_per_layer
-from meshplan.model import LayerSpec, model_from_config
+from meshplan.parallel import engine_activations as ea
+from meshplan.parallel.activations import activation_bytes_per_layer
+from meshplan.realrun import measure
 from meshplan.realrun.activations import SHAPES as SHAPE_SET
 from meshplan.realrun.activations import TINY_CONFIGS, tiny_config
+from meshplan.spec.model import LayerSpec, model_from_config
 
 # the tiny configs and shapes live in the library, shared with ``meshplan validate``'s activation rows
 TINY: dict[str, dict[str, Any]] = {family: tiny_config(family) for family in TINY_CONFIGS}
@@ -246,7 +247,7 @@ def test_implementation_reads_the_config_but_not_what_the_code_fixes():
 
 def test_importing_meshplan_imports_neither_torch_nor_transformers():
     code = (
-        "import sys, meshplan, meshplan.engine_activations, meshplan.measure; "
+        "import sys, meshplan, meshplan.parallel.engine_activations, meshplan.realrun.measure; "
         "print('torch' in sys.modules, 'transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,5 +1,5 @@
-"""The evolution map (meshplan.evolution): every number of every stage asserted to its printed digit, the texts in
-full, the shape of the map (main line, branches, chapters), other settings and models, and the errors.
+"""The evolution map (meshplan.course.evolution): every number of every stage asserted to its printed digit, the
+texts in full, the shape of the map (main line, branches, chapters), other settings and models, and the errors.
 
 GB = 1e9 B; the lab page's sizes (s = 4,096, b = 1, 80 GB GPUs, 8 per node, NVLink 160 GB/s, IB 50 GB/s,
 400 TFLOP/s effective) unless a test says otherwise.
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from meshplan import evolution, load_hardware, load_model, published
-from meshplan.evolution import STAGES, Setting, break_even_tokens, flow_html, rows, stage
+from meshplan import load_hardware, load_model
+from meshplan.course import evolution, published
+from meshplan.course.evolution import STAGES, Setting, break_even_tokens, flow_html, rows, stage
 
 REPO = Path(__file__).resolve().parents[1]
 P = 27_781_427_952  # the anchor's parameters, from its config (tests/test_params.py pins it)

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from commands import run
 
-from meshplan import Mesh, Plan, evaluate, load_model, published
+from meshplan import Mesh, Plan, evaluate, load_model
+from meshplan.course import published
 from meshplan.export import megatron
-from meshplan.plan import spread_layers
+from meshplan.spec.stages import spread_layers
 
 DSV3 = load_model("deepseek-v3")
 

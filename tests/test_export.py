@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from commands import run
 
-from meshplan import Plan, published
+from meshplan import Plan
+from meshplan.course import published
 from meshplan.export import engine_file, engine_options, export_text, megatron, price_note, toml, torchtitan
-from meshplan.plan import spread_layers
+from meshplan.spec.stages import spread_layers
 
 # Seed 004 (the TP x PP x DP tuning article), step 5, quoting Megatron-LM's guide: LLaMA-3 70B on 64 GPUs.
 SEED_004_TORCHRUN = ["torchrun", "--nproc_per_node=8"]

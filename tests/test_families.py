@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.model import FAMILIES, MODELS_DIR, load_model, model_from_config
-from meshplan.models.count import counted
+from meshplan.spec.model import FAMILIES, MODELS_DIR, load_model, model_from_config
+from meshplan.spec.models.count import counted
 
 
 @cache
@@ -632,7 +632,7 @@ FALLBACK = {
 
 @pytest.mark.parametrize("mtype", sorted(FALLBACK))
 def test_fallback_counts_exactly_and_names_its_estimates(mtype):
-    from meshplan.models.fallback import ESTIMATED
+    from meshplan.spec.models.fallback import ESTIMATED
 
     cfg = FALLBACK[mtype]
     assert mtype not in FAMILIES

@@ -21,8 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from meshplan import Mesh, schedule
-from meshplan.grid import plot_grid
-from meshplan.plotting import COLORS, FIG_WIDTH, gantt, gantt_grid, timeline_svg
+from meshplan.course.grid import plot_grid
+from meshplan.course.plotting import COLORS, FIG_WIDTH, gantt, gantt_grid, timeline_svg
 
 COLUMN_PX = 740
 DPI = 100

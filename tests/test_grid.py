@@ -1,4 +1,4 @@
-"""``meshplan.grid``: the stride arithmetic the page applies equals ``Mesh.group`` and an independent brute force
+"""``meshplan.course.grid``: the stride arithmetic the page applies equals ``Mesh.group`` and an independent brute force
 (numpy reshape, torch DeviceMesh's convention); every page combination carries the library's links; the
 static HTML, the MIME bundle and the matplotlib picture."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from meshplan import Mesh, Plan, evaluate
-from meshplan.grid import (
+from meshplan.course.grid import (
     AXIS_COLOURS,
     MAX_COMBINATIONS,
     DeviceGrid,
@@ -23,7 +23,7 @@ from meshplan.grid import (
     nodes_spanned,
     plot_grid,
 )
-from meshplan.mesh import AXES, parse_order
+from meshplan.spec.mesh import AXES, parse_order
 from meshplan.widgets import STATIC_ENV
 
 

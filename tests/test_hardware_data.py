@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-from meshplan.model import load_model, model_from_config
-from meshplan.resources import data_path, read_json
+from meshplan.core.resources import data_path, read_json
+from meshplan.spec.model import load_model, model_from_config
 
 PRESETS = ("a100-sxm-80gb", "b200-sxm-180gb", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "lab")
 FIELDS = (

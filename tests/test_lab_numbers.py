@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
-from meshplan import activations, collectives, compute, cp, dp, ep, load_hardware, load_model, pp, published, tp, zero
-from meshplan.lab import ANCHOR, LAB_8_GPUS, LAB_64_GPUS, lab_plan, lab_reports
+from meshplan import load_hardware, load_model
+from meshplan.core import collectives
+from meshplan.core.units import GB, fmt_gb, fmt_gib, fmt_mb, fmt_mib, fmt_pct
+from meshplan.course import published
+from meshplan.course.lab import ANCHOR, LAB_8_GPUS, LAB_64_GPUS, lab_plan, lab_reports
+from meshplan.parallel import activations, compute, cp, dp, ep, pp, tp, zero
 from meshplan.plan import DIMS, Plan, Report, evaluate
-from meshplan.units import GB, fmt_gb, fmt_gib, fmt_mb, fmt_mib, fmt_pct
 
 P = 27_781_427_952  # the anchor's stored parameters
 S, B, H, A, L = 4_096, 1, 5_120, 24, 64

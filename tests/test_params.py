@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from meshplan import available_models, load_model, model_from_config
-from meshplan.model import COMPONENT_KEYS, MODELS_DIR
+from meshplan.spec.model import COMPONENT_KEYS, MODELS_DIR
 
 REFERENCE = ["deepseek-v3", "llama-3.1-405b", "llama-3.1-70b", "llama-3.1-8b", "qwen3.8-27b", "small-3.7m"]
 BOOK = ["qwen3-30b-a3b", "qwen3-8b"]  # the "Plan your own model" page: one dense, one MoE config not in the book yet

@@ -13,22 +13,18 @@ from meshplan import (
     Mesh,
     ParallelDims,
     Plan,
-    activations,
-    collectives,
-    cp,
-    ep,
     evaluate,
     load_hardware,
     load_model,
     model_from_config,
-    pp,
-    published,
-    zero,
 )
-from meshplan import stages as stages_mod
-from meshplan.lab import LAB_8_GPUS, lab_plan
-from meshplan.mesh import parse_order
-from meshplan.model import MODELS_DIR
+from meshplan.core import collectives
+from meshplan.course import published
+from meshplan.course.lab import LAB_8_GPUS, lab_plan
+from meshplan.parallel import activations, cp, ep, pp, zero
+from meshplan.spec import stages as stages_mod
+from meshplan.spec.mesh import parse_order
+from meshplan.spec.model import MODELS_DIR
 
 P = 27_781_427_952
 
@@ -265,7 +261,7 @@ def test_hardware_malformed(tmp_path):
 
 
 def test_min_gpus_for_states():
-    from meshplan.zero import min_gpus_for_states
+    from meshplan.parallel.zero import min_gpus_for_states
 
     assert min_gpus_for_states(P, 80e9) == 6  # 444.5 GB / 80 GB = 5.6 -> 6
     assert min_gpus_for_states(P, 80e9, MEGATRON_BPP) == 7  # 500.1 GB
@@ -276,8 +272,8 @@ def test_min_gpus_for_states():
 
 
 def test_step_time_and_tflops():
-    from meshplan import compute
-    from meshplan.units import fmt_tflops
+    from meshplan.core.units import fmt_tflops
+    from meshplan.parallel import compute
 
     fp = load_model("qwen3.8-27b").flop_params
     assert compute.step_flop(fp, 4096) == 6 * fp * 4096
@@ -296,7 +292,7 @@ def test_most_loaded_stage_weighs_experts_by_their_split():
     import json
 
     from meshplan import model_from_config
-    from meshplan.model import MODELS_DIR
+    from meshplan.spec.model import MODELS_DIR
 
     cfg = json.loads((MODELS_DIR / "deepseek-v3.json").read_text())
     cfg["num_hidden_layers"] = 60

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from meshplan import DEFAULT_BPP, FSDP2_BPP, MEGATRON_BPP, Mesh, Plan, available_models, evaluate, load_model
-from meshplan.activations import RECOMPUTE_MODES
-from meshplan.mesh import AXES, DEFAULT_ORDER, MEGATRON_ORDER
+from meshplan.parallel.activations import RECOMPUTE_MODES
+from meshplan.parallel.zero import STAGE_SHARDS
 from meshplan.plan import TRAFFIC
-from meshplan.stages import spread_layers
-from meshplan.zero import STAGE_SHARDS
+from meshplan.spec.mesh import AXES, DEFAULT_ORDER, MEGATRON_ORDER
+from meshplan.spec.stages import spread_layers
 
 SPECS = {name: load_model(name) for name in available_models()}
 NAMES = sorted(SPECS)

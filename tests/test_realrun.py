@@ -5,9 +5,9 @@ Runs the quick set once (about 30 s of CPU in all, the ranks included, a sixth o
 and asserts exact equality, to the byte and to the call, for model-state bytes, collective payloads and counts
 (FSDP2 with m = 1 and 2 micro-batches included), DDP's bucket counts from iteration 2 on, pipeline bytes and
 replayed bubbles, and the bytes autograd saves for three families; then compares the re-run with
-``data/realrun_results.json``. Also: the predictions come from the library (``meshplan.buckets``,
-``meshplan.schedule``, ``meshplan.engine_activations``), nothing happens at import, the ranks start with the lazily
-imported modules already loaded, and ``validate`` checks its output path and its dependencies before any run.
+``data/realrun_results.json``. Also: the predictions come from the library (``meshplan.parallel.buckets``,
+``meshplan.schedule``, ``meshplan.parallel.engine_activations``), nothing happens at import, the ranks start with the
+lazily imported modules already loaded, and ``validate`` checks its output path and its dependencies before any run.
 No timings.
 """
 
@@ -20,7 +20,8 @@ import sys
 import pytest
 
 import meshplan
-from meshplan import buckets, schedule, zero
+from meshplan import schedule
+from meshplan.parallel import buckets, zero
 from meshplan.realrun import RESULTS_PATH, command, load_results, predict, rows_from_results, run_checks, validate
 from meshplan.realrun.activations import QUICK_FAMILIES, SHAPES, TINY_CONFIGS, part_differences, tiny_config
 from meshplan.realrun.predict import ddp_buckets, fsdp2_resharded, replay, zero1_partition
@@ -282,7 +283,7 @@ def test_predictions_are_pure():
 
 
 def test_ddp_prediction_is_the_library_bucket_walk(quick_rows):
-    # realrun has no bucket walk of its own: its prediction is meshplan.buckets.assign_buckets over the small
+    # realrun has no bucket walk of its own: its prediction is meshplan.parallel.buckets.assign_buckets over the small
     # model's tensors (fp32 gradients), and the adapter the book uses gives the same buckets
     spec = meshplan.load_model("small-3.7m")
     tensors = tuple(reversed(predict.small_grad_tensors(spec)))
@@ -304,7 +305,7 @@ def test_ddp_prediction_is_the_library_bucket_walk(quick_rows):
             assert quick_rows[f"DDP N={n}, {label}: buckets from iteration 2 on"].predicted == len(walk)
             assert quick_rows[f"DDP N={n}, {label}: largest bucket"].predicted == max(b.n_bytes for b in walk)
     assert (
-        "meshplan.buckets.assign_buckets"
+        "meshplan.parallel.buckets.assign_buckets"
         in quick_rows["DDP N=2, bucket_cap_mb=1: buckets from iteration 2 on"].explanation
     )
 
@@ -345,7 +346,7 @@ def test_fsdp2_prediction_formula():
 def test_nothing_happens_at_import():
     # importing realrun loads no model, sets no environment variable and does not import torch
     code = (
-        "import os, sys; import meshplan.model as M\n"
+        "import os, sys; import meshplan.spec.model as M\n"
         "def boom(*a, **k): raise AssertionError('load_model at import')\n"
         "M.load_model = boom; before = dict(os.environ)\n"
         "import meshplan.realrun, meshplan.realrun.predict, meshplan.realrun.rows, meshplan.realrun.command\n"

@@ -10,8 +10,8 @@ from itertools import pairwise
 import pytest
 from commands import run
 
-from meshplan import activations, pp
 from meshplan import schedule as S
+from meshplan.parallel import activations, pp
 
 PS = (2, 3, 4, 6, 8)
 MS = (8, 12, 16, 24, 32)

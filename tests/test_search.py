@@ -11,8 +11,8 @@ import pytest
 from commands import run
 
 from meshplan import Plan, evaluate
-from meshplan.plan import spread_layers
 from meshplan.search import format_search, search, step_time, tie_band, tied_ranks
+from meshplan.spec.stages import spread_layers
 from meshplan.steptime import Execution, execution_for, fit_data
 
 H100 = "h100-sxm-80gb"

@@ -1,6 +1,6 @@
-"""``meshplan.compute`` (FLOP with attention), ``meshplan.steptime`` (the step-time model, term by term, against hand
-computations) and ``meshplan.calibration`` (the fit on the declared set, the validation targets on the held-out runs,
-the tie band)."""
+"""``meshplan.parallel.compute`` (FLOP with attention), ``meshplan.steptime`` (the step-time model, term by term,
+against hand computations) and ``meshplan.steptime.fitting`` (the fit on the declared set, the validation targets on
+the held-out runs, the tie band)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,19 @@ import math
 
 import pytest
 
-from meshplan import calibration as C
-from meshplan import compute
-from meshplan.activations import activation_bytes_per_layer
-from meshplan.hardware import load_hardware
-from meshplan.model import load_model, model_from_config
-from meshplan.models.spec import LayerSpec
+from meshplan.parallel import compute
+from meshplan.parallel.activations import activation_bytes_per_layer
 from meshplan.plan import Plan, evaluate
+from meshplan.spec.hardware import load_hardware
+from meshplan.spec.model import load_model, model_from_config
+from meshplan.spec.models.spec import LayerSpec
 from meshplan.steptime import (
-    NCCL_BASE_LATENCY_S,
-    NCCL_HOP_LATENCY_S,
     PHYSICAL_RANGES,
     TERMS,
     Calibration,
     Execution,
     calibration,
     collective_latency_s,
-    dualpipe,
     execution_for,
     fit_data,
     hardware_flop_per_step,
@@ -36,6 +32,8 @@ from meshplan.steptime import (
     step_report,
     step_time,
 )
+from meshplan.steptime import fitting as C
+from meshplan.steptime.model import NCCL_BASE_LATENCY_S, NCCL_HOP_LATENCY_S, dualpipe
 
 A100 = load_hardware("a100-sxm-80gb")
 PEAK_A100, HBM_A100, NVLINK_A100 = 312e12, 2.039e12, 300e9

@@ -27,9 +27,10 @@ from browser import (
     standalone_page,
 )
 
-from meshplan import Mesh, Plan, schedule, zero
-from meshplan.grid import DeviceGrid
-from meshplan.plotting import TimelineExplorer
+from meshplan import Mesh, Plan, schedule
+from meshplan.course.grid import DeviceGrid
+from meshplan.course.plotting import TimelineExplorer
+from meshplan.parallel import zero
 from meshplan.widgets import Check, Checklist, Exercise, reveal
 
 PSI = 27_781_427_952

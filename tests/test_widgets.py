@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from widget_cases import COMPARE_CASES, READ_CASES
 
-from meshplan import Plan, evaluate, zero
+from meshplan import Plan, evaluate
+from meshplan.parallel import zero
 from meshplan.widgets import (
     STATIC_ENV,
     Check,

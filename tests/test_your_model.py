@@ -16,19 +16,19 @@ from typing import Any
 import pytest
 
 from meshplan import Plan, Report, evaluate, load_hardware, load_model
-from meshplan.activations import activation_bytes_per_layer
 from meshplan.cli import main
-from meshplan.engine_activations import spec_activations
+from meshplan.core.units import fmt_gb, fmt_int, fmt_pct
+from meshplan.course.grid import nodes_spanned
 from meshplan.export import export_text, megatron
-from meshplan.grid import nodes_spanned
-from meshplan.model import FAMILIES, MODELS_DIR
-from meshplan.models.count import mixer_params, mlp_params
-from meshplan.models.fallback import ESTIMATED
-from meshplan.reporting import format_report, traffic_summary
+from meshplan.parallel.activations import activation_bytes_per_layer
+from meshplan.parallel.engine_activations import spec_activations
+from meshplan.plan.reporting import format_report, traffic_summary
 from meshplan.search import search
+from meshplan.spec.accounting import DEFAULT_BPP, MEGATRON_BPP
+from meshplan.spec.model import FAMILIES, MODELS_DIR
+from meshplan.spec.models.count import mixer_params, mlp_params
+from meshplan.spec.models.fallback import ESTIMATED
 from meshplan.steptime import fit_data
-from meshplan.units import fmt_gb, fmt_int, fmt_pct
-from meshplan.zero import DEFAULT_BPP, MEGATRON_BPP
 
 DENSE, MOE = "qwen3-8b", "qwen3-30b-a3b"
 SEQ, BATCH = 4096, 256

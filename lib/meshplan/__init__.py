@@ -1,26 +1,35 @@
 """meshplan: the formula library of the course "Parallelism for LLM training".
 
-Pure functions in base units (bytes, FLOP, seconds) over frozen dataclasses. Where each idea lives:
+Pure functions in base units (bytes, FLOP, seconds) over frozen dataclasses, in layers; each layer imports only
+the layers below it (``make lint`` checks it with import-linter, ``.importlinter``):
 
-* one module per parallel dimension (``dp``, ``zero``, ``tp``, ``pp``, ``cp``, ``ep``) holds its formulas;
-  ``collectives`` the ring costs; ``activations`` the lab's activation ledger; ``compute`` FLOP and time;
-* the plan's parts: ``model`` (shapes and exact parameter counts), ``dims`` (the mesh shape), ``mesh`` (ranks,
-  groups, links), ``hardware`` (the machine), ``accounting`` (the bookkeeping convention), ``stages`` (pipeline
-  stages); ``plan`` combines them into a ``Report``; ``reporting`` turns a report into text;
-* ``steptime`` the step-time model, ``search`` the plan search, ``export`` Megatron-LM and torchtitan settings,
-  ``schedule`` the pipeline-schedule simulator, ``realrun`` the real PyTorch runs;
-* ``derive`` the sympy derivations, ``widgets``, ``grid`` and ``plotting`` what the book shows, ``cli`` the
-  command line.
+* ``core``: ring costs, units, data files, validation;
+* ``spec``: the plan's parts as data (models, hardware, mesh shape, mesh, stages, the ledgers' conventions);
+* ``parallel``: the formulas of each dimension (``dp``, ``zero``, ``tp``, ``pp``, ``cp``, ``ep``), activations,
+  compute;
+* ``plan`` (a plan and its ``Report``) beside ``schedule`` (the pipeline-schedule simulator);
+* ``steptime``: the step-time model, its chapter breakdowns and its calibration;
+* ``search``, ``export``, ``realrun`` (the real PyTorch runs) and ``widgets`` (the book's exercises);
+* ``course``: what the book shows (evolution map, lab page, published runs, figures, derivations);
+* ``cli``: the command line.
+
+This module re-exports the front door: ``Plan``, ``evaluate``, the loaders and the parts' types.
 """
 
-from . import activations, collectives, compute, cp, dp, ep, mesh, pp, tp, units, zero
-from .accounting import LAB, Accounting, get_accounting
-from .dims import ParallelDims
-from .hardware import Hardware, available_hardware, load_hardware
-from .mesh import Mesh
-from .model import ModelSpec, ParamCount, available_models, load_model, model_from_config
-from .plan import Plan, Report, Workload, evaluate
-from .zero import DEFAULT_BPP, FSDP2_BPP, MEGATRON_BPP, BytesPerParam
+from meshplan.plan import Plan, Report, Workload, evaluate
+from meshplan.spec.accounting import (
+    DEFAULT_BPP,
+    FSDP2_BPP,
+    LAB,
+    MEGATRON_BPP,
+    Accounting,
+    BytesPerParam,
+    get_accounting,
+)
+from meshplan.spec.dims import ParallelDims
+from meshplan.spec.hardware import Hardware, available_hardware, load_hardware
+from meshplan.spec.mesh import Mesh
+from meshplan.spec.model import ModelSpec, ParamCount, available_models, load_model, model_from_config
 
 __all__ = [
     "DEFAULT_BPP",
@@ -37,23 +46,12 @@ __all__ = [
     "Plan",
     "Report",
     "Workload",
-    "activations",
     "available_hardware",
     "available_models",
-    "collectives",
-    "compute",
-    "cp",
-    "dp",
-    "ep",
     "evaluate",
     "get_accounting",
     "load_hardware",
     "load_model",
-    "mesh",
     "model_from_config",
-    "pp",
-    "tp",
-    "units",
-    "zero",
 ]
 __version__ = "0.2.0"

@@ -15,12 +15,18 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from .accounting import LEDGERS
-from .dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
-from .hardware import available_hardware, load_hardware
-from .plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
-from .reporting import format_report
-from .units import GB
+from meshplan import __version__
+from meshplan.core.units import GB
+from meshplan.export import ENGINE_LEDGER, FORMATS, export_text
+from meshplan.plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
+from meshplan.plan.reporting import format_report
+from meshplan.realrun import format_table, validate
+from meshplan.schedule import KINDS, format_timeline, simulate
+from meshplan.search import format_search, search
+from meshplan.spec.accounting import LEDGERS
+from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
+from meshplan.spec.hardware import available_hardware, load_hardware
+from meshplan.steptime import execution_for, step_report
 
 MAX_GB = 1e6  # 1 PB per GPU
 
@@ -200,7 +206,6 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 
 # ---------------------------------------------------------------- plan
 def _plan(args) -> int:
-    from .steptime import step_report
 
     report = evaluate(plan_from_args(args))
     if args.json:
@@ -213,9 +218,6 @@ def _plan(args) -> int:
 # ---------------------------------------------------------------- search
 def _search(args) -> int:
     from dataclasses import replace
-
-    from .search import format_search, search
-    from .steptime import execution_for
 
     result = search(
         args.model,
@@ -268,7 +270,6 @@ def _add_search(sub) -> None:
 
 # ---------------------------------------------------------------- export
 def _export(args) -> int:
-    from .export import ENGINE_LEDGER, export_text
 
     ledger = args.accounting or ENGINE_LEDGER[args.format]  # an export is priced in its engine's own ledger
     args.accounting = None  # the plan as written; export_text prices what the engine runs
@@ -278,7 +279,6 @@ def _export(args) -> int:
 
 
 def _add_export(sub) -> None:
-    from .export import FORMATS
 
     p = sub.add_parser("export", help="print a plan as Megatron-LM flags or torchtitan settings")
     add_plan_options(p)
@@ -301,7 +301,6 @@ def _time(name: str) -> Callable[[str], float]:
 
 
 def _schedule(args) -> int:
-    from .schedule import format_timeline, simulate
 
     t = simulate(args.kind, args.pp, args.micro_batches, args.virtual_stages, args.f, args.b, args.w)
     _print(json.dumps(t.to_dict()) if args.json else format_timeline(t))
@@ -309,7 +308,6 @@ def _schedule(args) -> int:
 
 
 def _add_schedule(sub) -> None:
-    from .schedule import KINDS
 
     p = sub.add_parser("schedule", help="simulate a pipeline schedule: timeline, bubble, peak activations")
     p.add_argument("--kind", required=True, choices=KINDS)
@@ -325,7 +323,6 @@ def _add_schedule(sub) -> None:
 
 # ---------------------------------------------------------------- validate
 def _validate(args) -> int:
-    from .realrun import format_table, validate
 
     rows, _ = validate(args.quick, args.output)
     if args.json:
@@ -364,7 +361,6 @@ def _add_validate(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="meshplan", description="Plan LLM-training parallelism.")
-    from . import __version__
 
     parser.add_argument("--version", action="version", version=f"meshplan {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)

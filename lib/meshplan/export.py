@@ -36,9 +36,10 @@ import json
 from dataclasses import dataclass
 from functools import cache
 
-from .dims import parse_order
-from .plan import Plan
-from .resources import DATA_DIR
+from meshplan.core.resources import DATA_DIR
+from meshplan.core.units import fmt_gb
+from meshplan.plan import Plan, evaluate
+from meshplan.spec.dims import parse_order
 
 ENGINES_DIR = DATA_DIR / "engines"
 FORMATS = ("megatron", "torchtitan")
@@ -325,8 +326,6 @@ def toml(settings: dict, notes=()) -> str:
 
 def price_note(plan: Plan) -> str:
     """One line: the plan's memory per GPU in its own ledger, and whether it fits (``plan.accounting``)."""
-    from .plan import evaluate
-    from .units import fmt_gb
 
     r = evaluate(plan)
     verdict = "fits" if r.fits else "does NOT fit"

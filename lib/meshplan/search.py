@@ -36,16 +36,17 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from .accounting import Accounting, get_accounting
-from .activations import RECOMPUTE_MODES
-from .dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims, check_count, parse_order
-from .hardware import Hardware, load_hardware
-from .mesh import check_nodes
-from .model import ModelSpec, load_model
-from .plan import MAX_SEQ, Plan, Report, Workload, evaluate
-from .reporting import plan_label
-from .stages import spread_layers
-from .steptime import (
+from meshplan.core.units import fmt_gb, fmt_pct
+from meshplan.parallel.activations import RECOMPUTE_MODES
+from meshplan.plan import MAX_SEQ, Plan, Report, Workload, evaluate
+from meshplan.plan.reporting import plan_label
+from meshplan.spec.accounting import Accounting, get_accounting
+from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims, check_count, parse_order
+from meshplan.spec.hardware import Hardware, load_hardware
+from meshplan.spec.mesh import check_nodes
+from meshplan.spec.model import ModelSpec, load_model
+from meshplan.spec.stages import spread_layers
+from meshplan.steptime import (
     TERMS,
     Execution,
     StepTime,
@@ -56,7 +57,6 @@ from .steptime import (
     step_report,
     step_time,
 )
-from .units import fmt_gb, fmt_pct
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")

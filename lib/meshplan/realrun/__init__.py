@@ -9,13 +9,13 @@ activation rows import ``transformers`` (5.23.0).
 * ``runs``: DDP, FSDP2 (ZeRO-3 and ZeRO-2 mode, and gradient accumulation over m micro-batches),
   ZeroRedundancyOptimizer, DTensor TP (± sequence parallel), ``torch.distributed.pipelining``, and gloo's
   wire bytes.
-* ``predict``: torch-free predictions, made by the library (``meshplan.buckets`` for DDP's buckets,
+* ``predict``: torch-free predictions, made by the library (``meshplan.parallel.buckets`` for DDP's buckets,
   ``meshplan.schedule`` for the replay of torch's schedules) once the small model is described in its terms;
   ZeRO-1's partition; FSDP2's collectives per step with m micro-batches.
 * ``checks``: predicted (the library) against measured, as ``rows.Row``.
-* ``activations``: the ``fsdp2`` activation ledger (``meshplan.engine_activations``) against what autograd saves
-  (``meshplan.measure``) for a tiny ``transformers`` model of every family, at two sequence lengths and two
-  micro-batch sizes (``TINY_CONFIGS``, ``SHAPES``).
+* ``activations``: the ``fsdp2`` activation ledger (``meshplan.parallel.engine_activations``) against what autograd
+  saves (``meshplan.realrun.measure``) for a tiny ``transformers`` model of every family, at two sequence lengths and
+  two micro-batch sizes (``TINY_CONFIGS``, ``SHAPES``).
 * ``command``: ``validate(quick, output) -> (rows, document)``, which ``meshplan validate [--quick]
   [--json] [--output FILE]``.
 
@@ -28,7 +28,7 @@ Nothing happens at import: no model is loaded, no environment variable is set.
 
 from __future__ import annotations
 
-from .command import run_checks, validate
-from .rows import RESULTS_PATH, Row, format_table, load_results, rows_from_results
+from meshplan.realrun.command import run_checks, validate
+from meshplan.realrun.rows import RESULTS_PATH, Row, format_table, load_results, rows_from_results
 
 __all__ = ["RESULTS_PATH", "Row", "format_table", "load_results", "rows_from_results", "run_checks", "validate"]

@@ -4,9 +4,9 @@ For every family the library counts analytically, a tiny config (``TINY_CONFIGS`
 the family's features kept: GQA, MoE with several experts and shared experts, sliding windows shorter than the
 longer sequence, full and linear attention mixed for Qwen3.5, MLA with and without a q LoRA) is built with the
 pinned ``transformers`` and runs one training forward, with the loss, under saved-tensor hooks
-(``meshplan.measure.saved_activation_bytes``), at two sequence lengths and two micro-batch sizes (``SHAPES``). The
-prediction is ``meshplan.engine_activations.spec_activations`` for the ``ModelSpec`` of the same config (the
-``fsdp2`` ledger's definition: bf16, SDPA attention, or eager for a family without SDPA, dropout off, the logits
+(``meshplan.realrun.measure.saved_activation_bytes``), at two sequence lengths and two micro-batch sizes (``SHAPES``).
+The prediction is ``meshplan.parallel.engine_activations.spec_activations`` for the ``ModelSpec`` of the same config
+(the ``fsdp2`` ledger's definition: bf16, SDPA attention, or eager for a family without SDPA, dropout off, the logits
 and the loss included). Each row is exact: the formula must equal the measurement to the byte; the explanation
 names every part (of a layer or of the model) whose bytes differ, with both figures.
 
@@ -22,7 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from .rows import Row
+from meshplan.parallel import engine_activations as ea
+from meshplan.parallel.engine_activations import implementation
+from meshplan.realrun import measure
+from meshplan.realrun.rows import Row
+from meshplan.spec.model import model_from_config
 
 _BASE = {
     "hidden_size": 64,
@@ -136,7 +140,6 @@ def tiny_config(family: str) -> dict[str, Any]:
 def ledger_attention(family: str) -> str:
     """The attention implementation the ``fsdp2`` ledger prices for ``family``: SDPA, or eager where the pinned
     ``transformers`` has no SDPA (Gemma 2)."""
-    from ..engine_activations import implementation
 
     return "sdpa" if implementation(family, TINY_CONFIGS.get(family)).sdpa else "eager"
 
@@ -169,8 +172,9 @@ def _explain(formula: Any, diffs: Sequence[str], attention: str, layers: int) ->
     inside = ", ".join(f"{p} {b:,.0f}" for p, b in parts.items() if b)
     outside = ", ".join(f"{p} {b:,.0f}" for p, b in formula.model_parts().items() if b)
     head = (
-        f"meshplan.engine_activations.spec_activations ({attention}): {layers} layers ({inside} B) + outside the "
-        f"layers ({outside} B). Measured by meshplan.measure.saved_activation_bytes: one training forward of the "
+        f"meshplan.parallel.engine_activations.spec_activations ({attention}): {layers} layers ({inside} B) + outside "
+        f"the layers ({outside} B). Measured by meshplan.realrun.measure.saved_activation_bytes: one training forward "
+        "of the "
         "transformers model in bf16 on the CPU under saved-tensor hooks, each saved storage once, parameters excluded."
     )
     return head + (" Parts that differ: " + "; ".join(diffs) + "." if diffs else " Every part agrees to the byte.")
@@ -191,9 +195,6 @@ def activation_rows(families: Iterable[str] | None = None, shapes: Sequence[tupl
 
 
 def _rows(family: str, shapes: Sequence[tuple[int, int]]) -> list[Row]:
-    from .. import engine_activations as ea
-    from .. import measure
-    from ..model import model_from_config
 
     cfg = tiny_config(family)
     attention = ledger_attention(family)

@@ -1,6 +1,6 @@
 """Predicted against measured: run each dimension on forked gloo ranks and turn the numbers into rows.
 
-Every ``predicted`` comes from the library (``meshplan.zero``, ``dp``, ``collectives``, ``tp``, ``pp``,
+Every ``predicted`` comes from the library (``meshplan.parallel.zero``, ``dp``, ``collectives``, ``tp``, ``pp``,
 ``buckets``, ``schedule``, through ``realrun.predict`` where the small model must be described) for the same
 setting; every ``measured`` is counted at the collective calls or read
 from the tensors. Units: bytes and counts (``unit``); fp32 throughout (4 B per element), since gloo on a
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from functools import cache
 
-from .. import buckets, collectives, dp, pp, schedule, tp, zero
-from ..model import ModelSpec, load_model
-from ..zero import DEFAULT_BPP, FSDP2_BPP
-from . import predict
-from .launch import run_ranks
-from .rows import Row
+from meshplan import schedule
+from meshplan.core import collectives
+from meshplan.parallel import buckets, dp, pp, tp, zero
+from meshplan.realrun import predict
+from meshplan.realrun.launch import run_ranks
+from meshplan.realrun.rows import Row
+from meshplan.spec.accounting import DEFAULT_BPP, FSDP2_BPP
+from meshplan.spec.model import ModelSpec, load_model
 
 FP32 = 4
 SCHEDULES = [
@@ -68,7 +70,7 @@ def _count(calls, kind, phase=None):
 
 # ------------------------------------------------------------------------------------------- DDP
 def ddp_rows(n: int) -> list[Row]:
-    from .runs import ddp_worker
+    from meshplan.realrun.runs import ddp_worker  # imports torch (the realrun extra): only a run loads it
 
     rows = []
     backward_order = tuple(reversed(predict.small_grad_tensors(small())))
@@ -101,7 +103,7 @@ def ddp_rows(n: int) -> list[Row]:
                 max(later),
                 "buckets",
                 min(later) == max(later),
-                "Greedy walk over the gradients in reverse parameter order (meshplan.buckets."
+                "Greedy walk over the gradients in reverse parameter order (meshplan.parallel.buckets."
                 "assign_buckets): a bucket closes once it holds at least the limit.",
             )
         )
@@ -139,7 +141,7 @@ def ddp_rows(n: int) -> list[Row]:
             wire,
             "bytes",
             True,
-            "meshplan.dp with 4 B gradients: 2(N−1)/N × 4Ψ; measured: the ring formula applied to each "
+            "meshplan.parallel.dp with 4 B gradients: 2(N−1)/N × 4Ψ; measured: the ring formula applied to each "
             "all-reduce the rank issued.",
         )
     )
@@ -148,7 +150,7 @@ def ddp_rows(n: int) -> list[Row]:
 
 # ------------------------------------------------------------------------------------------- FSDP2
 def fsdp_rows(n: int) -> list[Row]:
-    from .runs import fsdp_worker
+    from meshplan.realrun.runs import fsdp_worker  # imports torch (the realrun extra): only a run loads it
 
     rows = []
     psi_total = psi()
@@ -171,7 +173,7 @@ def fsdp_rows(n: int) -> list[Row]:
                         max(r[key] for r in res),
                         "bytes",
                         True,
-                        "meshplan.zero with FSDP2_BPP (4 + 4 + 8 B per parameter, each ÷ N): FSDP2 keeps "
+                        "meshplan.parallel.zero with FSDP2_BPP (4 + 4 + 8 B per parameter, each ÷ N): FSDP2 keeps "
                         "fp32 sharded parameters that the optimizer updates directly, so there is no "
                         "separate master copy; bf16 copies, if any, are transient.",
                     )
@@ -245,7 +247,7 @@ def fsdp_rows(n: int) -> list[Row]:
                 wire,
                 "bytes",
                 True,
-                "meshplan.zero.zero_sync_bytes with 4 B gradients. On gloo the reduce-scatter's wire "
+                "meshplan.parallel.zero.zero_sync_bytes with 4 B gradients. On gloo the reduce-scatter's wire "
                 "cost is an all-reduce's (see the collectives rows), so gloo really sends more.",
             )
         )
@@ -278,7 +280,7 @@ FSDP_ACCUM_VARIANTS = (
 def fsdp_accum_rows(n: int, micro_batches: tuple[int, ...]) -> list[Row]:
     """FSDP2 with gradient accumulation over m micro-batches: all-gathers, reduce-scatters and their
     payloads per optimizer step, against ``zero.fsdp2_collectives_per_step``."""
-    from .runs import fsdp_accum_worker
+    from meshplan.realrun.runs import fsdp_accum_worker  # imports torch (the realrun extra): only a run loads it
 
     configs = [(raf, last_only, m) for _, raf, last_only in FSDP_ACCUM_VARIANTS for m in micro_batches]
     res = run_ranks(fsdp_accum_worker, n, (configs,))[0]
@@ -352,7 +354,7 @@ def fsdp_accum_rows(n: int, micro_batches: tuple[int, ...]) -> list[Row]:
 
 # ------------------------------------------------------------------------------------------- ZeRO-1
 def zero1_rows(n: int) -> list[Row]:
-    from .runs import zero1_worker
+    from meshplan.realrun.runs import zero1_worker  # imports torch (the realrun extra): only a run loads it
 
     psi_total = psi()
     res = run_ranks(zero1_worker, n)
@@ -370,7 +372,7 @@ def zero1_rows(n: int) -> list[Row]:
             sum(measured) / n,
             "bytes",
             True,
-            "meshplan.zero stage 1: Adam's m and v (8 B per parameter in fp32) ÷ N.",
+            "meshplan.parallel.zero stage 1: Adam's m and v (8 B per parameter in fp32) ÷ N.",
         ),
         Row(
             "zero1",
@@ -437,7 +439,7 @@ def zero1_rows(n: int) -> list[Row]:
 
 # ------------------------------------------------------------------------------------------- TP
 def tp_rows(t: int) -> list[Row]:
-    from .runs import tp_worker
+    from meshplan.realrun.runs import tp_worker  # imports torch (the realrun extra): only a run loads it
 
     rows = []
     for sp in (False, True):
@@ -500,7 +502,7 @@ def tp_rows(t: int) -> list[Row]:
                     wire / L,
                     "bytes",
                     fused or sp,
-                    "meshplan.tp: 4 all-reduces of s·b·h fp32 elements per layer (ring)."
+                    "meshplan.parallel.tp: 4 all-reduces of s·b·h fp32 elements per layer (ring)."
                     + ("" if (fused or sp) else " The two extra backward all-reduces add half again."),
                 )
             )
@@ -515,7 +517,7 @@ def tp_rows(t: int) -> list[Row]:
                         False,
                         "The RMSNorm weights see only their sequence shard, so their gradients stay "
                         "Partial after backward: an all-reduce of 2·L·h elements is still pending, which "
-                        "meshplan.tp does not count.",
+                        "meshplan.parallel.tp does not count.",
                     )
                 )
     return rows
@@ -524,18 +526,20 @@ def tp_rows(t: int) -> list[Row]:
 # ------------------------------------------------------------------------------------------- PP
 def _predicted_bubble(sched: str, p: int, m: int, v: int) -> tuple[float, str]:
     """(prediction, its source): meshplan.schedule's simulation where it models the schedule (the bubble
-    with every stage waiting for the step's end, as the replay measures it), else meshplan.pp.bubble_fraction."""
+    with every stage waiting for the step's end, as the replay measures it), else
+    meshplan.parallel.pp.bubble_fraction."""
     kind = SIMULATOR_KINDS.get(sched)
     if kind is not None:
         return (
             schedule.simulate(kind, p, m, v if kind == "interleaved" else 1).sync_bubble,
             f"meshplan.schedule.simulate('{kind}') (f = b = w = 1)",
         )
-    return pp.bubble_fraction(p, m, v), "meshplan.pp.bubble_fraction, (p−1)/(m·v)"
+    return pp.bubble_fraction(p, m, v), "meshplan.parallel.pp.bubble_fraction, (p−1)/(m·v)"
 
 
 def pp_rows(runs_: list[tuple[str, int, int]], micro_batches: int, replays: list[tuple[int, int]]) -> list[Row]:
-    from .runs import pp_worker, schedule_orders
+    # imports torch (the realrun extra): only a run loads it
+    from meshplan.realrun.runs import pp_worker, schedule_orders
 
     rows = []
     for sched, v, p in runs_:
@@ -554,7 +558,7 @@ def pp_rows(runs_: list[tuple[str, int, int]], micro_batches: int, replays: list
                 max(c[2] for out in res for c in out["sends"]),
                 "bytes",
                 True,
-                "meshplan.pp.boundary_bytes: one micro-batch's s·b·h activations (or their gradient), fp32.",
+                "meshplan.parallel.pp.boundary_bytes: one micro-batch's s·b·h activations (or their gradient), fp32.",
             )
         )
         rows.append(
@@ -579,7 +583,7 @@ def pp_rows(runs_: list[tuple[str, int, int]], micro_batches: int, replays: list
                 max(sent),
                 "bytes",
                 exact,
-                "meshplan.pp counts what a middle stage sends: 2 × v × m boundary transfers."
+                "meshplan.parallel.pp counts what a middle stage sends: 2 × v × m boundary transfers."
                 + (
                     ""
                     if exact
@@ -651,7 +655,7 @@ def pp_rows(runs_: list[tuple[str, int, int]], micro_batches: int, replays: list
 
 # ------------------------------------------------------------------------------------------- wire
 def wire_rows(n: int, numel: int = 1 << 20) -> list[Row]:
-    from .runs import wire_worker
+    from meshplan.realrun.runs import wire_worker  # imports torch (the realrun extra): only a run loads it
 
     res = run_ranks(wire_worker, n, (numel,))[0]
     size = numel * FP32

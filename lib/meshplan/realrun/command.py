@@ -14,8 +14,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .activations import QUICK_FAMILIES, TINY_CONFIGS, activation_rows
-from .rows import Row
+from meshplan.realrun import checks
+from meshplan.realrun.activations import QUICK_FAMILIES, TINY_CONFIGS, activation_rows
+from meshplan.realrun.rows import Row, results_document
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,6 @@ FULL = RunSet(
 
 def run_checks(quick: bool = True) -> list[Row]:
     """Every row of the chosen set, in a stable order (see ``QUICK`` and ``FULL``)."""
-    from . import checks
 
     cfg = QUICK if quick else FULL
     rows: list[Row] = []
@@ -130,8 +130,6 @@ def validate(quick: bool = True, output: Path | str | None = None) -> tuple[list
                 f"with (pip install {pin})"
             )
     import torch
-
-    from .rows import results_document
 
     rows = run_checks(quick=quick)
     import transformers  # the activation rows have imported it

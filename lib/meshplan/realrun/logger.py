@@ -3,7 +3,7 @@
 Every collective of ``torch.distributed`` reaches the dispatcher as a ``c10d.*`` op (eager API, DDP's C++
 reducer, FSDP2) or a ``_c10d_functional.*`` op (DTensor, functional collectives); the mode records its
 kind and its **payload**: the bytes of the full buffer in the library's convention
-(``meshplan.collectives``): the buffer of an all-reduce or a broadcast, the *output* of an all-gather, the
+(``meshplan.core.collectives``): the buffer of an all-reduce or a broadcast, the *output* of an all-gather, the
 *input* of a reduce-scatter, the tensor of a send or receive. Nothing is estimated: the numbers are the
 tensors' ``numel() × element_size()``.
 """

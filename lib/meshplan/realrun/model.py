@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..model import ModelSpec, load_model
+from meshplan.spec.model import ModelSpec, load_model
 
 SMALL = "small-3.7m"
 

@@ -2,17 +2,17 @@
 ZeroRedundancyOptimizer's partition, FSDP2's collectives with gradient accumulation, the stage boundaries a
 pipeline layout sends across, and a replay of ``torch.distributed.pipelining``'s action order.
 
-The predictions come from the library: DDP's bucket walk is ``meshplan.buckets.assign_buckets``, the
-replay is ``meshplan.schedule.replay`` and the ring costs come from ``meshplan.collectives``; this module
+The predictions come from the library: DDP's bucket walk is ``meshplan.parallel.buckets.assign_buckets``, the
+replay is ``meshplan.schedule.replay`` and the ring costs come from ``meshplan.core.collectives``; this module
 only describes the small model in the library's terms and translates torch's names.
 
-* ``small_grad_tensors``: the small GPT's parameters as ``meshplan.buckets.GradTensor`` s, in registration
+* ``small_grad_tensors``: the small GPT's parameters as ``meshplan.parallel.buckets.GradTensor`` s, in registration
   order (DDP walks them reversed).
 * ``ddp_buckets``: ``assign_buckets`` over tensors given by their gradient bytes.
 * ``zero1_partition``: ``ZeroRedundancyOptimizer``'s sorted greedy packing: whole tensors, largest first,
   each to the rank holding the fewest elements so far (ties: the lowest rank).
 * ``fsdp2_resharded``: which FSDP2 units reshard after forward, for True, False and FSDP2's default (the
-  collectives per step with m micro-batches are ``meshplan.zero.fsdp2_collectives_per_step``).
+  collectives per step with m micro-batches are ``meshplan.parallel.zero.fsdp2_collectives_per_step``).
 * ``replay``: torch's ``pipeline_order`` through the library's schedule simulation.
 
     >>> ddp_buckets([1024, 1 << 20, 1 << 20, 1024], cap_bytes=25 << 20, first_cap_bytes=1 << 20)
@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
-from ..buckets import GradTensor, assign_buckets
-from ..model import ModelSpec
-from ..schedule import Timeline, position
-from ..schedule import orders as schedule_orders
-from ..schedule import replay as replay_order
+from meshplan.parallel.buckets import GradTensor, assign_buckets
+from meshplan.schedule import Timeline, position
+from meshplan.schedule import orders as schedule_orders
+from meshplan.schedule import replay as replay_order
+from meshplan.spec.model import ModelSpec
 
 # torch.distributed.pipelining's computation types (``_ComputationType``) in meshplan.schedule's names:
 # F forward, I backward for inputs, W backward for weights, B full backward; OVERLAP_F_B is F&B.
@@ -75,7 +75,7 @@ def small_grad_tensors(spec: ModelSpec) -> tuple[GradTensor, ...]:
 
 def ddp_buckets(sizes_bytes: Sequence[int], cap_bytes: int, first_cap_bytes: int | None = None) -> list[int]:
     """Byte sizes of DDP's buckets for gradients of ``sizes_bytes`` taken in that order (pass the
-    parameters reversed): ``meshplan.buckets.assign_buckets`` with each size already in bytes (so one
+    parameters reversed): ``meshplan.parallel.buckets.assign_buckets`` with each size already in bytes (so one
     "parameter" per byte); ``first_cap_bytes`` defaults to ``cap_bytes``, as with an explicit
     ``bucket_cap_mb``."""
     tensors = [GradTensor(str(i), "gradient", size) for i, size in enumerate(sizes_bytes)]

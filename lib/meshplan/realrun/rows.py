@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..resources import DATA_DIR
+from meshplan.core.resources import DATA_DIR
 
 RESULTS_PATH = DATA_DIR / "realrun_results.json"
 DIMENSIONS = ("ddp", "fsdp", "fsdp_accum", "zero1", "tp", "pp", "collectives", "activations")

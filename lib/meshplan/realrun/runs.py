@@ -10,8 +10,8 @@ from collections import Counter
 import torch
 import torch.distributed as dist
 
-from .logger import CollectiveLogger
-from .model import batch, build_small, loss_fn
+from meshplan.realrun.logger import CollectiveLogger
+from meshplan.realrun.model import batch, build_small, loss_fn
 
 SEQ, MICRO_B = 16, 2  # tokens per sequence and sequences per rank: small on purpose (2 shared cores)
 

@@ -25,11 +25,11 @@ A schedule is, for each device (pipeline rank), the ordered list of the operatio
 
 from __future__ import annotations
 
-from .formulas import README_SOURCE, README_TABLE, formula_bubble
-from .inputs import KINDS, MAX_FORWARDS, NAMES, OP_KINDS, check, check_size, check_times
-from .order import Op, model_stages, orders, position
-from .simulation import Action, Event, Timeline, compare_kinds, replay, simulate
-from .text import format_timeline
+from meshplan.schedule.formulas import README_SOURCE, README_TABLE, formula_bubble
+from meshplan.schedule.inputs import KINDS, MAX_FORWARDS, NAMES, OP_KINDS, check, check_size, check_times
+from meshplan.schedule.order import Op, model_stages, orders, position
+from meshplan.schedule.simulation import Action, Event, Timeline, compare_kinds, replay, simulate
+from meshplan.schedule.text import format_timeline
 
 __all__ = [
     "KINDS",

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..pp import bubble_fraction
-from .inputs import Time, check, check_times, count
+from meshplan.parallel.pp import bubble_fraction
+from meshplan.schedule.inputs import Time, check, check_times, count
 
 README_SOURCE = (
     "deepseek-ai/DualPipe README.md#L24-L36 at commit 3da1bbea53606543d7f5f232338fc58096db30e3, 'Pipeline Bubbles "

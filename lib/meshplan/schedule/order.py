@@ -47,7 +47,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .inputs import check, check_size, path_chunks
+from meshplan.schedule.inputs import check, check_size, path_chunks
 
 
 class Op(NamedTuple):

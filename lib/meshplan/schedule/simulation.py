@@ -53,8 +53,8 @@ from fractions import Fraction
 from functools import cached_property
 from typing import NamedTuple
 
-from .inputs import OP_KINDS, Time, check, check_size, check_times, check_total, path_chunks
-from .order import Op, model_stages, orders, position
+from meshplan.schedule.inputs import OP_KINDS, Time, check, check_size, check_times, check_total, path_chunks
+from meshplan.schedule.order import Op, model_stages, orders, position
 
 
 class Event(NamedTuple):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from .inputs import NAMES
-from .simulation import Timeline
+from meshplan.schedule.inputs import NAMES
+from meshplan.schedule.simulation import Timeline
 
 
 def _grid(t: Timeline, max_cells: int) -> tuple[int, int] | None:

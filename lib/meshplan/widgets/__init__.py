@@ -11,9 +11,9 @@ in Jupyter the same object is a live ipywidget that calls the library. The parts
 * ``exercise``: ``Exercise`` (predict a number or a word) and ``Checklist`` (pick a setting, see which lines
   pass and why);
 * ``runtime``: the page's stylesheet and JavaScript;
-* ``meshplan.grid.DeviceGrid`` and ``meshplan.plotting.TimelineExplorer`` are widgets on the same base.
+* ``meshplan.course.grid.DeviceGrid`` and ``meshplan.course.plotting.TimelineExplorer`` are widgets on the same base.
 
-    >>> from meshplan import zero
+    >>> from meshplan.parallel import zero
     >>> ex = Exercise("floor", "Model states per GPU on N GPUs with ZeRO-3?",
     ...               lambda n: zero.model_states_bytes(27_781_427_952, 3, n) / 1e9,
     ...               sliders={"n": [1, 8, 64]}, unit="GB")
@@ -23,9 +23,9 @@ in Jupyter the same object is a live ipywidget that calls the library. The parts
     'Read as 55.6 GB. The library says 55.6 GB. Your prediction is off by +0.0 GB (+0 %): ✓ within 5 %.'
 """
 
-from .base import STATIC_ENV, Control, LiveControls, StaticWidget, static_and_live_bundle
-from .exercise import Check, Checklist, Exercise, Line
-from .predict import Reading, Result, compare, fmt_fixed, fmt_sig, grade, read_prediction, reveal
+from meshplan.widgets.base import STATIC_ENV, Control, LiveControls, StaticWidget, static_and_live_bundle
+from meshplan.widgets.exercise import Check, Checklist, Exercise, Line
+from meshplan.widgets.predict import Reading, Result, compare, fmt_fixed, fmt_sig, grade, read_prediction, reveal
 
 __all__ = [
     "STATIC_ENV",

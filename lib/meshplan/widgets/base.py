@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from itertools import pairwise, product
 from typing import Any, ClassVar
 
-from .runtime import CSS, core_js, kind_js
+from meshplan.widgets.runtime import CSS, core_js, kind_js
 
 STATIC_ENV = "MESHPLAN_STATIC"  # set to 1 by the book build: emit only the static HTML, no live widget
 INPUTS = ("slider", "radio", "select")

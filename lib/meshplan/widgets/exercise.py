@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import Control, LiveControls, StaticWidget, parameters
-from .predict import Result, compare, read_prediction, reveal, squash
+from meshplan.widgets.base import Control, LiveControls, StaticWidget, parameters
+from meshplan.widgets.predict import Result, compare, read_prediction, reveal, squash
 
 _EXERCISE_JS = r"""
 function(root,data,ui){

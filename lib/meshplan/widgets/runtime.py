@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from .predict import DIGIT_ZEROS, MAX_CHARS, UNITS
+from meshplan.widgets.predict import DIGIT_ZEROS, MAX_CHARS, UNITS
 
 VERSION = "3"
 

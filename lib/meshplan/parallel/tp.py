@@ -1,0 +1,149 @@
+"""Tensor (Megatron) parallelism with optional sequence parallelism: bytes per GPU per step.
+
+Source: Shoeybi et al. 2019 (column-then-row split: one all-reduce forward and one backward per MLP and per
+attention block); Narayanan et al. 2021 §3.2: "total communication of 8bsh((t−1)/t) per layer per device
+for each microbatch" (elements). With sequence parallelism (Korthikanti 2022) each all-reduce becomes an
+all-gather plus a reduce-scatter: the same bytes.
+
+Convention (the lab page's): four collectives of s·b·h bf16 elements per layer per micro-batch (two
+forward, two backward), each a ring all-reduce over t ranks. Full recompute re-runs the forward and with
+it two more collectives per layer; like the lab page, this module does not count them. Overlap is ignored:
+these collectives block the layer.
+
+    >>> round(tp_bytes_per_step(4096, 1, 5120, 64, 8, 1) / 1e9, 1)
+    18.8
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.core.collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+
+TP_COLLECTIVES_PER_LAYER = 4
+ACT_BYTES = 2  # bf16 activations
+
+
+def tp_bytes_per_layer(s: int, b: int, h: int, t: int, act_bytes: int = ACT_BYTES) -> float:
+    """Bytes one GPU sends per layer per micro-batch: 4 × 2(t−1)/t × s·b·h × 2 B."""
+    return TP_COLLECTIVES_PER_LAYER * ring_all_reduce_bytes(t, s * b * h * act_bytes)
+
+
+def tp_bytes_per_step(
+    s: int, b: int, h: int, layers: int, t: int, micro_batches: int, act_bytes: int = ACT_BYTES
+) -> float:
+    """Bytes one GPU sends per step: per-layer bytes × the ``layers`` it holds × micro-batches."""
+    return tp_bytes_per_layer(s, b, h, t, act_bytes) * layers * micro_batches
+
+
+@dataclass(frozen=True)
+class HeadSplit:
+    """How attention heads spread over t tensor-parallel ranks.
+
+    q_heads_per_gpu: query heads each GPU computes; kv_heads_per_gpu: distinct KV heads each GPU holds;
+    kv_replicas: on how many GPUs each KV head is stored (1 = no replication).
+    """
+
+    t: int
+    q_heads_per_gpu: int
+    kv_heads_per_gpu: int
+    kv_replicas: int
+
+
+def kv_replicas(num_kv_heads: int, t: int, replication: bool = True) -> int:
+    """On how many of ``t`` tensor-parallel ranks each KV head is stored: 1 when t divides the KV heads (each rank
+    owns kv/t of them), t/kv when the lab page's replication is allowed and the KV heads divide t.
+
+    ``replication=False`` is the engines' rule: Megatron-LM splits the KV heads evenly over the TP ranks and refuses
+    anything else (``num_query_groups_per_partition = divide(num_query_groups, world_size)``,
+    ``megatron/core/transformer/attention.py#L180`` at 000c4ac; ``divide`` asserts,
+    ``megatron/core/utils.py#L468-L477``), and torchtitan's ``ColwiseParallel`` splits k and v's output features
+    evenly; vLLM (inference) replicates.
+
+        >>> kv_replicas(4, 8), kv_replicas(4, 2)
+        (2, 1)
+        >>> kv_replicas(4, 8, replication=False)
+        Traceback (most recent call last):
+        ...
+        ValueError: tp=8 does not divide 4 KV heads
+    """
+    for name, x in (("t", t), ("num_kv_heads", num_kv_heads)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name}={x!r} must be a positive integer")
+    if num_kv_heads % t == 0:
+        return 1
+    if not replication:
+        raise ValueError(f"tp={t} does not divide {num_kv_heads} KV heads")
+    if t % num_kv_heads == 0:
+        return t // num_kv_heads
+    raise ValueError(
+        f"tp={t} does not divide {num_kv_heads} KV heads (and {num_kv_heads} KV heads do not "
+        f"divide tp={t} for replication)"
+    )
+
+
+def head_split(num_attention_heads: int, num_kv_heads: int, t: int) -> HeadSplit:
+    """Split attention by heads over ``t`` ranks (Megatron: each rank owns whole heads, so no communication
+    inside attention; the output projection is row-parallel).
+
+    Query heads must divide by t. KV heads (``kv_replicas``): if t divides them each rank owns kv/t; if t is a
+    multiple of them (t > kv), a rank cannot own a fraction of a head, so each KV head is **replicated** on t/kv
+    ranks (its k/v weights and K/V activations stored and computed t/kv times; ``Plan.kv_replication``), the lab
+    page's convention, which the engines refuse; otherwise the split is impossible. Source: Ainslie et al. 2023
+    (GQA); Megatron-LM requires ``num_query_groups % tp == 0`` and vLLM replicates KV heads when tp > KV heads.
+
+        >>> head_split(24, 4, 8)
+        HeadSplit(t=8, q_heads_per_gpu=3, kv_heads_per_gpu=1, kv_replicas=2)
+    """
+    for name, x in (("t", t), ("num_attention_heads", num_attention_heads), ("num_kv_heads", num_kv_heads)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name}={x!r} must be a positive integer")
+    if num_attention_heads % t:
+        raise ValueError(f"tp={t} does not divide {num_attention_heads} attention heads")
+    replicas = kv_replicas(num_kv_heads, t)
+    return HeadSplit(t, num_attention_heads // t, num_kv_heads * replicas // t, replicas)
+
+
+def tp_collectives_per_layer(
+    s: int, b: int, h: int, t: int, sp: bool = False, act_bytes: int = ACT_BYTES
+) -> dict[str, float]:
+    """Bytes one GPU sends per layer per micro-batch, by collective.
+
+    Without SP: 2 all-reduces forward (after attention's and the MLP's row-parallel matmul) and 2 backward
+    (the gradients of their column-parallel inputs). With SP (Korthikanti 2022 §4.2.2) each all-reduce is
+    split into a reduce-scatter (out of the row-parallel matmul, into the sequence-sharded norm/dropout
+    region) and an all-gather (back into the column-parallel matmul): (t−1)/t + (t−1)/t = 2(t−1)/t, the
+    same bytes.
+
+        >>> sum(tp_collectives_per_layer(4096, 1, 5120, 8, sp=True).values()) == tp_bytes_per_layer(4096, 1, 5120, 8)
+        True
+    """
+    x = s * b * h * act_bytes
+    if not sp:
+        ar = ring_all_reduce_bytes(t, x)
+        return {"all-reduce (forward)": 2 * ar, "all-reduce (backward)": 2 * ar}
+    ag, rs = all_gather_bytes(t, x), reduce_scatter_bytes(t, x)
+    return {
+        "all-gather (forward)": 2 * ag,
+        "reduce-scatter (forward)": 2 * rs,
+        "all-gather (backward)": 2 * ag,
+        "reduce-scatter (backward)": 2 * rs,
+    }
+
+
+def megatron_sp_regather_bytes_per_layer(s: int, b: int, h: int, t: int, act_bytes: int = ACT_BYTES) -> float:
+    """Extra bytes Megatron-LM's sequence-parallel backward sends per layer per micro-batch.
+
+    The forward all-gathers the sequence-sharded input of each column-parallel linear (attention's QKV and the
+    MLP's first matrix) but saves only the shard, to keep activations divided by t; the backward needs the
+    full input for the weight gradient and all-gathers it again, overlapped with the input-gradient matmul
+    (Megatron-LM ``megatron/core/tensor_parallel/layers.py``,
+    ``LinearWithGradAccumulationAndAsyncCommunication.backward``, the ``sequence_parallel and
+    wgrad_compute`` branch). Two all-gathers of s·b·h per layer: (t−1)/t × s·b·h × 2 B each, a quarter more
+    than the four all-reduces of ``tp_bytes_per_layer``, which follow the paper and count SP as costing
+    exactly what TP costs.
+
+        >>> megatron_sp_regather_bytes_per_layer(4096, 1, 5120, 8) / tp_bytes_per_layer(4096, 1, 5120, 8)
+        0.25
+    """
+    return 2 * all_gather_bytes(t, s * b * h * act_bytes)

@@ -1,0 +1,159 @@
+"""The machine: one ``Hardware`` is the only source of GPU memory, GPUs per node, link bandwidths and compute.
+
+Presets live in ``data/hardware/<name>.json`` (every field ``{"value": ..., "source": ...}``); the default is
+``lab``, the lab page's machine: 80 GB GPUs, 8 per node, NVLink 160 GB/s and InfiniBand 50 GB/s per GPU
+(DeepSeek-V3's effective figures on H800), 400 TFLOP/s effective bf16. Units: bytes, bytes per second, FLOP
+per second. Bandwidths are per GPU and per direction.
+
+    >>> hw = load_hardware()
+    >>> hw.name, hw.nvlink_bytes_per_s / hw.infiniband_bytes_per_s
+    ('lab', 3.2)
+    >>> hw.with_overrides(gpu_memory_bytes=141e9).gpu_memory_bytes
+    141000000000.0
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from meshplan.core.resources import DATA_DIR
+
+HARDWARE_DIR = DATA_DIR / "hardware"
+DEFAULT_HARDWARE = "lab"
+REQUIRED = ("gpu_memory_bytes", "gpus_per_node", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
+OPTIONAL = ("effective_flop_per_s", "peak_bf16_flop_per_s", "hbm_bytes_per_s")
+MAX_MEMORY_BYTES = 1e15  # 1 PB per GPU: beyond any device, and far from float overflow
+MAX_RATE = 1e21  # bytes or FLOP per second
+
+
+def _positive(name: str, value, limit: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
+        raise ValueError(f"{name}={value!r} must be a positive finite number")
+    if value > limit:
+        raise ValueError(f"{name}={value:.4g} is more than {limit:.0e}, beyond any real machine")
+    return value
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One machine: GPU memory (B), GPUs per node, NVLink and InfiniBand bandwidth per GPU per direction (B/s),
+    and compute (FLOP/s): ``effective_flop_per_s`` is the lab page's sustained-rate assumption (the lab preset
+    only), ``peak_bf16_flop_per_s`` the datasheet's dense bf16 peak. Validated on construction."""
+
+    name: str = DEFAULT_HARDWARE
+    gpu_memory_bytes: float = 80e9
+    gpus_per_node: int = 8
+    nvlink_bytes_per_s: float = 160e9
+    infiniband_bytes_per_s: float = 50e9
+    effective_flop_per_s: float | None = 400e12
+    peak_bf16_flop_per_s: float | None = None
+    hbm_bytes_per_s: float | None = None
+    label: str = ""
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"hardware name={self.name!r} must be a non-empty string")
+        _positive("gpu_memory_bytes", self.gpu_memory_bytes, MAX_MEMORY_BYTES)
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node={self.gpus_per_node!r} must be a positive integer")
+        if self.gpus_per_node > 1 << 20:
+            raise ValueError(f"gpus_per_node={self.gpus_per_node:,} is more than 1,048,576")
+        for k in ("nvlink_bytes_per_s", "infiniband_bytes_per_s"):
+            _positive(k, getattr(self, k), MAX_RATE)
+        for k in OPTIONAL:
+            if getattr(self, k) is not None:
+                _positive(k, getattr(self, k), MAX_RATE)
+
+    def bandwidth(self, link: str | None) -> float:
+        """Bytes per second of ``"nvlink"`` or ``"infiniband"`` (ValueError for anything else)."""
+        if link == "nvlink":
+            return self.nvlink_bytes_per_s
+        if link == "infiniband":
+            return self.infiniband_bytes_per_s
+        raise ValueError(f"link={link!r} must be 'nvlink' or 'infiniband'")
+
+    def with_overrides(self, gpu_memory_bytes: float | None = None, gpus_per_node: int | None = None) -> Hardware:
+        """This machine with another GPU memory or node size (validated); unchanged when both are None."""
+        changes: dict = {}
+        if gpu_memory_bytes is not None:
+            changes["gpu_memory_bytes"] = gpu_memory_bytes
+        if gpus_per_node is not None:
+            changes["gpus_per_node"] = gpus_per_node
+        return replace(self, **changes) if changes else self
+
+    def source(self, key: str) -> str:
+        """Where the value of ``key`` comes from."""
+        return dict(self.sources).get(key, "")
+
+
+def available_hardware() -> list[str]:
+    """Preset names in ``data/hardware/``."""
+    return sorted(p.stem for p in HARDWARE_DIR.glob("*.json"))
+
+
+def _read(path: Path) -> Hardware:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"cannot read hardware file {str(path)!r}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"malformed hardware file {str(path)!r}: expected a JSON object")
+    values: dict[str, Any] = {}  # JSON values, checked by Hardware
+    sources: list[tuple[str, str]] = []
+    known = {f.name for f in fields(Hardware)}
+    for k in (*REQUIRED, *OPTIONAL):
+        entry = raw.get(k)
+        if entry is None:
+            if k in REQUIRED:
+                raise ValueError(f"malformed hardware file {str(path)!r}: missing {k!r}")
+            values[k] = None
+            continue
+        if not isinstance(entry, dict) or "value" not in entry or not isinstance(entry.get("source"), str):
+            raise ValueError(f'malformed hardware file {str(path)!r}: {k!r} must be {{"value": ..., "source": ...}}')
+        values[k] = entry["value"]
+        sources.append((k, entry["source"]))
+    name = raw.get("name", path.stem)
+    label = raw.get("label", "")
+    if not isinstance(name, str) or not isinstance(label, str):
+        raise ValueError(f"malformed hardware file {str(path)!r}: 'name' and 'label' must be strings")
+    try:
+        return Hardware(
+            name=name, label=label, sources=tuple(sources), **{k: v for k, v in values.items() if k in known}
+        )
+    except ValueError as exc:
+        raise ValueError(f"malformed hardware file {str(path)!r}: {exc}") from None
+
+
+@cache
+def load_hardware(name: str | None = None) -> Hardware:
+    """A preset by name (``data/hardware/<name>.json``; default ``lab``) or by path to such a file.
+
+    ValueError for an unknown name (listing the presets), an unreadable or malformed file.
+    """
+    name = DEFAULT_HARDWARE if name is None else name
+    if not isinstance(name, (str, Path)):
+        raise ValueError(f"hardware={name!r} must be a preset name or a path")
+    text = str(name)
+    path = HARDWARE_DIR / f"{text}.json"
+    try:
+        preset = bool(text) and "/" not in text and path.is_file()
+    except OSError:  # e.g. a name longer than the file system allows
+        preset = False
+    if preset:
+        return _read(path)
+    p = Path(text)
+    try:
+        is_file = p.is_file()
+    except OSError:
+        is_file = False
+    if not is_file:
+        raise ValueError(
+            f"unknown hardware {text[:200]!r}: not a file and not one of {', '.join(available_hardware())}"
+        )
+    return _read(p)

@@ -1,0 +1,257 @@
+"""The device mesh: rank ↔ coordinates for a named axis order, groups, and the link each group uses.
+
+Convention: an order string lists the axes **from inner to outer**, the first axis varying fastest
+(contiguous ranks), as Megatron's order strings do. The default ``"tp-cp-pp-dp"`` is Llama 3's
+[TP, CP, PP, DP] (its Figure 5), which the lab page's grid follows; Megatron-LM's default is
+``"tp-cp-ep-dp-pp"``. Expert parallelism does not add an axis: EP groups are carved out of the ranks that
+share a TP and PP coordinate (the DP × CP ranks), taken in mesh order and cut into consecutive runs of
+``ep`` (Megatron folds experts inside the data-parallel ranks the same way), so EP never multiplies the GPU
+count. With an expert tensor-parallel size ``etp`` smaller than tp (Megatron-Core's MoE parallel folding,
+``--expert-tensor-parallel-size``), the expert layers regroup all TP × CP × DP ranks of a pipeline stage as
+etp × ep × expert-dp, with etp innermost: list the stage's ranks with the TP coordinate fastest, cut them
+into blocks of etp·ep, and an EP group takes every etp-th rank of a block. etp = tp gives the rule above.
+
+rank = Σ coord[axis] × stride[axis], stride[first axis] = 1, stride[next] = stride × size[previous].
+
+A group "stays inside a node" when all its ranks share ``rank // gpus_per_node``; then it uses NVLink,
+otherwise InfiniBand.
+
+    >>> m = Mesh({"tp": 2, "cp": 1, "pp": 4, "dp": 2}, "tp-cp-pp-dp", gpus_per_node=8)
+    >>> m.group(0, "tp"), m.group(0, "pp"), m.group(0, "dp")
+    ((0, 1), (0, 2, 4, 6), (0, 8))
+    >>> m.link("tp"), m.link("dp")
+    ('nvlink', 'infiniband')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import gcd
+
+from meshplan.spec.dims import AXES, DEFAULT_ORDER, MEGATRON_ORDER, ParallelDims, check_count, parse_order
+
+__all__ = ["AXES", "DEFAULT_ORDER", "INFINIBAND", "MEGATRON_ORDER", "NVLINK", "Mesh", "check_nodes", "parse_order"]
+
+NVLINK, INFINIBAND = "nvlink", "infiniband"
+GROUP_AXES = (*AXES, "ep", "edp")
+
+
+def check_nodes(gpus: int, gpus_per_node: int) -> None:
+    """ValueError unless the GPUs fill whole nodes (or fit in one): gpus_per_node must divide gpus beyond one node.
+
+    >>> check_nodes(12, 8)
+    Traceback (most recent call last):
+    ...
+    ValueError: gpus_per_node=8 does not divide gpus=12
+    """
+    check_count("gpus_per_node", gpus_per_node)
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        raise ValueError(f"gpus_per_node={gpus_per_node} does not divide gpus={gpus}")
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A 4-axis device mesh: the ``ParallelDims`` of ``sizes`` (tp, cp, pp, dp), ``order``, ``ep`` and ``etp``
+    (validated there, once), laid out on nodes of ``gpus_per_node`` GPUs. A last, partly filled node is allowed
+    here (the plan demands whole nodes: ``check_nodes``)."""
+
+    sizes: Mapping[str, int]
+    order: str = DEFAULT_ORDER
+    gpus_per_node: int = 8
+    ep: int = 1
+    etp: int | None = None  # expert tensor-parallel size; None means tp
+    dims: ParallelDims = field(init=False, repr=False, compare=False)
+    axes: tuple[str, ...] = field(init=False, repr=False)
+    strides: Mapping[str, int] = field(init=False, repr=False)
+    _link_cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.sizes, Mapping):
+            raise ValueError(f"sizes={self.sizes!r} must map tp, cp, pp and dp to their sizes")
+        for a in AXES:
+            check_count(a, self.sizes.get(a))
+        dims = ParallelDims(**{a: self.sizes[a] for a in AXES}, ep=self.ep, expert_tp=self.etp, order=self.order)
+        check_count("gpus_per_node", self.gpus_per_node)
+        object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "sizes", dims.sizes)
+        object.__setattr__(self, "etp", dims.etp)
+        strides, s = {}, 1
+        for a in dims.axes:
+            strides[a] = s
+            s *= self.sizes[a]
+        object.__setattr__(self, "axes", dims.axes)
+        object.__setattr__(self, "strides", strides)
+
+    @classmethod
+    def from_dims(cls, dims: ParallelDims, gpus_per_node: int = 8) -> Mesh:
+        """The mesh of a validated ``ParallelDims`` on nodes of ``gpus_per_node`` GPUs."""
+        return cls(dims.sizes, dims.order, gpus_per_node, dims.ep, dims.expert_tp)
+
+    @property
+    def world_size(self) -> int:
+        return self.dims.world_size
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Coordinates of ``rank`` on each axis."""
+        self._check_rank(rank)
+        return {a: (rank // self.strides[a]) % self.sizes[a] for a in AXES}
+
+    def rank(self, **coords: int) -> int:
+        """The rank at the given coordinates (missing axes are 0); ValueError for an unknown axis or a coordinate
+        outside its axis."""
+        for a, c in coords.items():
+            if a not in AXES:
+                raise ValueError(f"axis={a!r} must be one of {', '.join(AXES)}")
+            if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.sizes[a]:
+                raise ValueError(
+                    f"{a}={c!r} is not a coordinate of an axis of size {self.sizes[a]} (0..{self.sizes[a] - 1})"
+                )
+        return sum(coords.get(a, 0) * self.strides[a] for a in AXES)
+
+    def _check_rank(self, rank: int) -> None:
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
+            raise ValueError(f"rank={rank!r} is not in 0..{self.world_size - 1}")
+
+    @staticmethod
+    def _check_axis(axis: str) -> None:
+        if axis not in GROUP_AXES:
+            raise ValueError(f"axis={axis!r} must be one of {', '.join(GROUP_AXES)}")
+
+    def group(self, rank: int, axis: str) -> tuple[int, ...]:
+        """The ranks that differ from ``rank`` only along ``axis``; ``ep``: its expert-parallel group; ``edp``: the
+        ranks that hold the same expert shard (its expert-data-parallel group)."""
+        self._check_axis(axis)
+        if axis in ("ep", "edp"):
+            return self._expert_group(rank, axis)
+        c = self.coords(rank)
+        base = rank - c[axis] * self.strides[axis]
+        return tuple(base + i * self.strides[axis] for i in range(self.sizes[axis]))
+
+    # ---- expert groups: EP is folded inside the stage's ranks, never an axis of its own
+    def _expert_array(self, axis: str):
+        """Every EP (or expert-DP) group as the rows of an integer array (numpy, O(world size)).
+
+        The expert layers list each stage's ranks in order: with expert-TP = TP, the dp × cp ranks at one TP
+        coordinate (inner axis fastest); otherwise all tp × cp × dp ranks, TP fastest. Each list is cut into blocks
+        of expert-TP × EP positions; in a block, an EP group takes every expert-TP-th position (one expert shard
+        each), and an expert-DP group takes the same position of every block (the ranks holding one shard)."""
+        import numpy as np
+
+        sz, st = self.sizes, self.strides
+        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
+        o = np.arange(sz[outer], dtype=np.int64)[:, None] * st[outer]
+        i = np.arange(sz[inner], dtype=np.int64)[None, :] * st[inner]
+        pp = np.arange(sz["pp"], dtype=np.int64) * st["pp"]
+        tp = np.arange(sz["tp"], dtype=np.int64) * st["tp"]
+        if self.dims.etp == sz["tp"]:
+            k = 1
+            lists = ((o + i).reshape(1, 1, -1) + tp[:, None, None] + pp[None, :, None]).reshape(-1, sz["cp"] * sz["dp"])
+        else:
+            k = self.dims.etp
+            members = (o[:, :, None] + i[:, :, None] + tp[None, None, :]).reshape(-1)  # TP fastest
+            lists = pp[:, None] + members[None, :]
+        span = k * self.ep
+        blocks = lists.reshape(lists.shape[0], -1, self.ep, k)  # (list, block, j, offset)
+        if axis == "ep":
+            groups = blocks.transpose(0, 1, 3, 2).reshape(-1, self.ep)  # fixed (list, block, offset), j varies
+        else:
+            groups = blocks.reshape(lists.shape[0], -1, span).transpose(0, 2, 1).reshape(-1, lists.shape[1] // span)
+        return groups
+
+    def _expert_group(self, rank: int, axis: str) -> tuple[int, ...]:
+        self._check_rank(rank)
+        rows = self._expert_array(axis)
+        where = (rows == rank).any(axis=1).nonzero()[0]
+        return tuple(int(x) for x in rows[where[0]])
+
+    def _expert_groups(self, axis: str) -> list[tuple[int, ...]]:
+        return sorted(tuple(int(x) for x in row) for row in self._expert_array(axis))
+
+    def groups(self, axis: str) -> list[tuple[int, ...]]:
+        """Every group along ``axis`` (each rank in exactly one), sorted by first rank."""
+        self._check_axis(axis)
+        if axis in ("ep", "edp"):
+            return self._expert_groups(axis)
+        seen: set[int] = set()
+        out = []
+        for r in range(self.world_size):
+            if r not in seen:
+                g = self.group(r, axis)
+                seen.update(g)
+                out.append(g)
+        return out
+
+    def node(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def size(self, axis: str) -> int:
+        self._check_axis(axis)
+        return self.dims.size(axis)
+
+    def _run_stride(self, axis: str) -> int | None:
+        """The stride between consecutive members if every group along ``axis`` is an arithmetic run aligned to
+        blocks of stride × size (always for tp, cp, pp, dp; for ep and edp when their groups lie along one of dp
+        and cp), else None."""
+        if axis in AXES:
+            return self.strides[axis]
+        if self.etp != self.sizes["tp"]:
+            return None
+        inner, outer = sorted(("cp", "dp"), key=self.axes.index)
+        ni = self.sizes[inner]
+        if axis == "ep":
+            if ni == 1:
+                return self.strides[outer]
+            return self.strides[inner] if ni % self.ep == 0 else None
+        # edp: members ep apart in the dp × cp list
+        if ni == 1:
+            return self.strides[outer] * self.ep
+        if self.ep == 1:
+            return self.strides[inner] if self.sizes[outer] == 1 else None
+        return self.strides[outer] * (self.ep // ni) if self.ep % ni == 0 else None
+
+    def link(self, axis: str) -> str | None:
+        """``"nvlink"`` if every group along ``axis`` stays inside one node, ``"infiniband"`` if any crosses,
+        ``None`` if the axis has size 1.
+
+        Closed form for groups that are arithmetic runs (every axis; EP and expert-DP groups when they lie along
+        one axis): a group r0, r0 + S, ..., r0 + (n−1)S crosses a node boundary iff (r0 mod g) + (n−1)S ≥ g, and
+        the residues r0 mod g of the groups' first ranks take at most g values (g = GPUs per node), so the work
+        is bounded by g, not by the world size. Other expert groups are enumerated."""
+        self._check_axis(axis)
+        if axis not in self._link_cache:
+            self._link_cache[axis] = self._link(axis)
+        return self._link_cache[axis]
+
+    def _link(self, axis: str) -> str | None:
+        n = self.size(axis)
+        if n == 1:
+            return None
+        g = self.gpus_per_node
+        stride = self._run_stride(axis)
+        if stride is not None and self._arithmetic(axis, stride):
+            return INFINIBAND if self._max_first_residue(axis, stride) + (n - 1) * stride >= g else NVLINK
+        nodes = self._expert_array(axis) // g
+        return INFINIBAND if bool((nodes.min(axis=1) != nodes.max(axis=1)).any()) else NVLINK
+
+    def _arithmetic(self, axis: str, stride: int) -> bool:
+        """True when the groups along ``axis`` are runs n members ``stride`` apart, each starting at a rank whose
+        coordinate along the run is 0 (checked on the first group; the layout is the same for every group)."""
+        if axis in AXES:
+            return True
+        g0 = self.group(0, axis)
+        return g0 == tuple(g0[0] + i * stride for i in range(len(g0)))
+
+    def _max_first_residue(self, axis: str, stride: int) -> int:
+        """max over the groups along ``axis`` of (first rank mod g): the first ranks are q·(S·n) + j for j < S and
+        q < W/(S·n), and q·S·n mod g repeats every g / gcd(S·n, g) values of q."""
+        g, n = self.gpus_per_node, self.size(axis)
+        block = stride * n
+        blocks = self.world_size // block
+        best = 0
+        for q in range(min(blocks, g // gcd(block, g))):
+            a = (q * block) % g
+            best = max(best, a + stride - 1 if a + stride - 1 < g else g - 1)
+            if best == g - 1:
+                break
+        return best

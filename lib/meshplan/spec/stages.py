@@ -1,0 +1,186 @@
+"""Pipeline stages: which layers and which other parameters each pipeline rank holds, and how many
+micro-batches' activations it keeps in flight.
+
+* Equal stages: L/p layers each (p × v must divide L, the lab page's convention).
+* Uneven stages: real plans do not always divide. Llama 3 405B has 126 layers on PP 16 ("we reduce one
+  Transformer layer each from the first and the last stages", Llama 3 §3.3.2) and DeepSeek-V3 61 layers on
+  PP 16. ``spread_layers`` builds that ends-lighter split.
+* Parameters: with equal stages and ``balance="even"`` (the lab page's convention) every stage holds exactly
+  1/p of the model. Otherwise each stage holds its own layers, and the parameters outside the decoder layers
+  (embedding, vision tower, output head, final norm, MTP module) are spread evenly (``"even"``) or sit
+  where the engines put them: the embedding and vision tower on the first stage, the head, final norm and MTP
+  module on the last (a MoE model's MTP module holds one MoE layer, whose routed experts count as experts).
+* In flight under 1F1B: stage k holds min(m, p − k) micro-batches (Narayanan et al. 2021 §2.2.1); the
+  interleaved schedule multiplies the first stage's by 1 + (p−1)/(p·v) (Korthikanti et al. 2022 §4.2.3),
+  applied here to every stage as an upper bound.
+
+    >>> spread_layers(126, 16)
+    (7, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 7)
+    >>> [inflight_micro_batches(4, k, 8) for k in range(4)]
+    [4, 3, 2, 1]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from meshplan.spec.dims import check_count
+from meshplan.spec.model import ModelSpec
+
+
+def spread_layers(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Layers per pipeline rank when pp does not divide them: every rank gets ⌈L/p⌉ layers, and the
+    ⌈L/p⌉·p − L layers too many are taken one each from the ends inwards (first, last, second,
+    second-to-last, ...), the ranks that also hold the embedding and the output head.
+
+        >>> spread_layers(61, 16)[:3], spread_layers(61, 16)[-2:], sum(spread_layers(61, 16))
+        ((3, 3, 4), (4, 3), 61)
+    """
+    check_count("num_layers", num_layers)
+    check_count("pp", pp)
+    if pp > num_layers:
+        raise ValueError(f"pp={pp} is more than {num_layers} layers (every stage needs at least one)")
+    per = -(-num_layers // pp)
+    out = [per] * pp
+    ends = [i for k in range((pp + 1) // 2) for i in dict.fromkeys((k, pp - 1 - k))]
+    for i in ends[: per * pp - num_layers]:
+        out[i] -= 1
+    return tuple(out)
+
+
+def inflight_micro_batches(pp: int, stage: int, micro_batches: int) -> int:
+    """Micro-batches whose activations stage ``stage`` (0-based) holds at its peak under 1F1B: min(m, p − k)."""
+    return min(micro_batches, pp - stage)
+
+
+def interleave_factor(pp: int, virtual_stages: int) -> float:
+    """1 + (p−1)/(p·v) for the interleaved schedule (v > 1), else 1 (Korthikanti et al. 2022 §4.2.3)."""
+    return 1 + (pp - 1) / (pp * virtual_stages) if virtual_stages > 1 else 1.0
+
+
+def stage_inflight_layers(layers_per_stage: Sequence[int], micro_batches: int, virtual_stages: int = 1) -> float:
+    """Layers' worth of activations on the most-loaded pipeline rank under 1F1B: max over ranks k of
+    layers_k × min(m, p−k), × the interleave factor. With equal stages this is Korthikanti's Eq. 5.
+
+        >>> stage_inflight_layers(spread_layers(126, 16), 16)   # rank 1: 8 layers × 15 micro-batches
+        120.0
+    """
+    p = len(layers_per_stage)
+    worst = max(n * inflight_micro_batches(p, k, micro_batches) for k, n in enumerate(layers_per_stage))
+    return float(worst * interleave_factor(p, virtual_stages))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What one pipeline rank holds (parameters before any TP/EP split).
+
+    Attributes:
+        index: 0-based pipeline rank.
+        layers: range of the decoder layers it holds.
+        dense_params: parameters outside the routed experts (its layers' plus its share of the rest).
+        expert_params: routed-expert parameters (its MoE layers', plus the MTP module's on the last stage).
+        full_attention_layers: layers whose attention spans the whole sequence (context parallelism pays for these).
+        moe_layers: layers with routed experts.
+    """
+
+    index: int
+    layers: range
+    dense_params: float
+    expert_params: float
+    full_attention_layers: int
+    moe_layers: int
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+
+def _full_attention(model: ModelSpec, i: int) -> bool:
+    if model.layers:
+        spec = model.layers[i]
+        return spec.mixer in ("attention", "mla") and spec.sliding_window is None
+    return False
+
+
+@dataclass(frozen=True)
+class _LayerTables:
+    """Running totals over a model's decoder layers, so that a stage's sums cost O(1): entry i of each prefix table
+    sums layers 0 … i−1. ``full`` is None when the model has no per-layer specs (then full-attention layers are
+    counted in proportion)."""
+
+    dense: tuple[int, ...]  # parameters outside the routed experts
+    experts: tuple[int, ...]  # routed-expert parameters
+    moe: tuple[int, ...]  # layers with routed experts
+    full: tuple[int, ...] | None  # layers whose attention spans the whole sequence
+
+
+def _prefix(values) -> tuple[int, ...]:
+    out, total = [0], 0
+    for x in values:
+        total += x
+        out.append(total)
+    return tuple(out)
+
+
+# Built once per model object: a search evaluates thousands of plans of one model. Each entry keeps its model
+# alive, so the id cannot be reused while the entry stands; the cache is emptied when it holds 64 models.
+_TABLES: dict[int, tuple[ModelSpec, _LayerTables]] = {}
+
+
+def _layer_tables(model: ModelSpec) -> _LayerTables:
+    hit = _TABLES.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    L = model.num_layers
+    lexp = model.layer_expert_params or (0,) * L
+    tables = _LayerTables(
+        dense=_prefix(model.layer_params[i] - lexp[i] for i in range(L)),
+        experts=_prefix(lexp),
+        moe=_prefix(1 if x else 0 for x in lexp),
+        full=_prefix(int(_full_attention(model, i)) for i in range(L)) if model.layers else None,
+    )
+    if len(_TABLES) >= 64:
+        _TABLES.clear()
+    _TABLES[id(model)] = (model, tables)
+    return tables
+
+
+def stages(
+    model: ModelSpec, pp: int, layers_per_stage: Sequence[int] | None = None, balance: str = "even"
+) -> tuple[Stage, ...]:
+    """Every pipeline stage of ``model`` split over ``pp`` ranks (equal stages unless ``layers_per_stage``)."""
+    if balance not in ("even", "max"):
+        raise ValueError(f"stage_balance={balance!r} must be 'even' or 'max'")
+    L = model.num_layers
+    lps = tuple(layers_per_stage) if layers_per_stage is not None else (L // pp,) * pp
+    tab = _layer_tables(model)
+    comps, extra = model.params.components, model.params.extra
+    outside = model.params.total - sum(model.layer_params)
+    final_norm = sum(n * per for name, n, per in model.params.groups if name == "final_norm")
+    first = comps["embedding"] + comps["vision"]
+    mtp = comps["mtp"] + extra.get("mtp", 0)
+    mtp_experts = max(model.layer_expert_params or (0,)) if (mtp and model.is_moe) else 0
+    last = comps["head"] + final_norm + mtp - mtp_experts
+    # the lab page's convention: with equal stages and "even", every stage holds exactly 1/p of everything
+    uniform = layers_per_stage is None and balance == "even"
+    out, start = [], 0
+    for k, n in enumerate(lps):
+        end = start + n
+        if uniform:
+            dense, experts = (model.params.total - model.routed_expert_params) / pp, model.routed_expert_params / pp
+        else:
+            dense = float(tab.dense[end] - tab.dense[start])
+            experts = float(tab.experts[end] - tab.experts[start])
+            if balance == "even":
+                dense += outside / pp
+            else:
+                dense += (first if k == 0 else 0) + (last if k == pp - 1 else 0)
+                experts += mtp_experts if k == pp - 1 else 0
+        if tab.full is not None:
+            full = tab.full[end] - tab.full[start]
+        else:
+            full = model.num_full_attention_layers * n // L
+        out.append(Stage(k, range(start, end), dense, experts, full, tab.moe[end] - tab.moe[start]))
+        start = end
+    return tuple(out)

@@ -1,0 +1,621 @@
+"""Step time: the seconds per optimizer step of a plan, as named terms, with MFU and HFU.
+
+The model (one GPU of the slowest pipeline stage; every term in seconds per step):
+
+* **compute** (``compute_s``): each micro-batch's forward and backward on the stage, m times, split over t × c GPUs
+  (TP splits every matmul and the heads, CP the tokens, zig-zag-balanced):
+
+  - GEMMs: 2 FLOP per activated parameter per token forward (``compute``; the logits included, the output head and
+    final norm on the last stage, as Megatron-LM, torchtitan and DeepSpeed place them), the backward 2 forwards,
+    full recomputation one more, at ``peak_bf16_flop_per_s × matmul_efficiency`` — or, if longer, the time to read
+    each bf16 weight twice (forward and input-gradient GEMMs) and accumulate its gradient (the ledger's gradient
+    bytes, read and written) at HBM bandwidth: a roofline, which only binds where few tokens reach a weight (routed
+    experts with a small EP: 256 experts on one GPU see ~tokens·k/256 tokens each).
+  - attention: the score and context matmuls as the kernel executes them (``Execution.attention``: ``"flash"`` runs
+    half the causal pairs, its backward 2.5 forwards since it recomputes the scores, at the documented
+    FlashAttention-2 utilisation of the GPU where there is one (``flash_attention_utilisation``); ``"dense"`` the
+    whole score matrix, backward 2 forwards, at the matmul rate); linear attention's state updates at the matmul
+    rate; selective recomputation re-runs the attention core.
+  - element-wise work (norms, activations, dropout, softmax, residuals; memory-bound): ``hbm_passes`` × the bytes a
+    layer stores for its backward (Korthikanti et al. 2022 Table 2 per GPU, the s² score term only with the dense
+    kernel) ÷ HBM bandwidth, a third in the forward; full recomputation repeats the forward's.
+* **tp** (``tp_s``): per layer and micro-batch, 4 all-reduce-equivalents = 8 (t−1)/t × s·b·h/c × 2 B transfers
+  (Narayanan et al. 2021 §3.2), +4 with full recompute (its forward runs them again), +4 with Megatron-LM's
+  sequence-parallel re-gather (``Accounting.tp_backward_regather``). Exposed, except as ``Execution.tp_overlap``
+  says: ``"backward"`` hides the column-parallel layers' input-gradient reduction behind the weight-gradient
+  GEMM and the re-gather behind the input-gradient GEMM (Megatron-Core's
+  ``LinearWithGradAccumulationAndAsyncCommunication``, always on); ``"full"`` hides everything the GEMMs can cover
+  (``--tp-comm-overlap``, off by default: ``data/engines/conventions.md``); ``"none"`` hides nothing (torchtitan,
+  whose async TP is off by default; DeepSpeed).
+* **cp** (``cp_s``): the K/V ring of every full-attention layer, forward (K, V) and backward (K, V and their
+  gradients: twice), overlapped with the attention of the chunk in hand (Ring Attention, Liu et al. 2023): only
+  what outlasts the attention compute shows, max(0, transfer − attention) per pass; ``Execution.cp_overlap=False``
+  (Llama 3's all-gather CP, §3.3.2) exposes it all.
+* **ep** (``ep_s``): dispatch and combine all-to-alls per MoE layer, forward and backward (+2 with full
+  recompute), exposed; with DualPipe (``Execution.pipeline="dualpipe"``) one micro-batch's all-to-alls overlap
+  another's compute (DeepSeek-V3 §3.2.1): only max(0, all-to-all − compute) shows.
+* **pp** (``pp_s``): the stage boundary sends of every micro-batch (the report's bytes; 2·v sends), on the critical
+  path of 1F1B (Megatron's ``overlap_p2p_comm`` is off by default); hidden by DualPipe.
+* **dp** (``dp_exposed_s``): the data-parallel collectives of the plan's ledger (``Accounting.sync_schedule``;
+  ``Report.grad_sync_bytes``: DP, CP and expert-DP parts) overlapped, when ``Execution.dp_overlap``, with the
+  compute they can run under: gradient reductions and backward gathers with a micro-batch's backward, forward
+  gathers (and the updated-weight gather of a step) with a forward; per-micro-batch collectives (FSDP, ZeRO-2/3)
+  with every micro-batch's, once-per-step ones with the last (or first). What cannot be hidden is what outlasts
+  the window, and at least one bucket or unit (one layer's share: ZeRO-3's first gather, the last bucket).
+* **bubble** (``bubble_s``): (p−1)/v micro-batch times of idling for 1F1B and the interleaved schedule
+  (Narayanan et al. 2021 §2.2); DualPipe's (p/2 − 1)(F&B + B − 3W) with W = B/2 (DeepSeek-V3 Table 2).
+* **optimizer** (``optimizer_s``): Adam reads every model-state byte and writes the optimizer's again, at HBM
+  bandwidth.
+
+Communication time = bytes ÷ (link bandwidth × ``link_efficiency``) + NCCL's ring latency: 8.4 µs per collective
+plus 3.4 µs per NVLink step and 14 µs per network step (Ring/Simple, ``baseLat`` and ``hwLat`` in NVIDIA/nccl
+``src/graph/tuning.cc``#L54-L78 at b6475625); a ring all-reduce has 2(n−1) steps, all-gather and reduce-scatter
+n−1, a point-to-point send or an all-to-all one (its peers run concurrently).
+
+The three fitted constants (``Calibration``: matmul efficiency, HBM passes, link efficiency) are stored in
+``data/steptime_fit.json`` with the runs they were fitted on (``meshplan.steptime.fitting``).
+
+MFU = model FLOP ÷ (step time × GPUs × peak): forward + backward, no recomputation, attention counted over the
+whole score matrix (PaLM's convention, Chowdhery et al. 2022 App. B, which Llama 3 and Korthikanti et al. use).
+HFU adds the recomputation (Korthikanti et al. 2022 §6).
+
+    >>> from meshplan.plan import Plan, evaluate
+    >>> r = evaluate(Plan.create("llama-3.1-8b", gpus=8, dp=8, seq=8192, zero=3, recompute="selective",
+    ...                          hardware="h100-sxm-80gb", accounting="fsdp2", micro_batches=1))
+    >>> st = step_time(r)
+    >>> list(st.terms()) == list(TERMS), st.total_s == sum(st.terms().values())
+    (True, True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+from meshplan.core.collectives import all_gather_bytes, all_to_all_bytes
+from meshplan.core.resources import read_json
+from meshplan.parallel import compute
+from meshplan.parallel.activations import activation_bytes_per_layer
+from meshplan.parallel.cp import kv_bytes_per_layer, kv_width_per_gpu
+from meshplan.parallel.ep import tokens_per_gpu
+from meshplan.parallel.zero import sync_terms
+from meshplan.plan import Plan, Report
+from meshplan.spec.accounting import ALL_GATHER, ALL_REDUCE, SyncCollective
+from meshplan.spec.hardware import Hardware
+from meshplan.spec.models.spec import ModelSpec
+from meshplan.spec.stages import Stage
+
+TERMS = ("compute_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s", "optimizer_s")
+ACT_BYTES = 2  # bf16 activations on the wire
+TP_UNITS_PER_LAYER = 8  # 4 all-reduces = 8 all-gather-sized transfers per layer per micro-batch
+TP_FORWARD_UNITS = 4  # two all-reduces forward (after attention and after the MLP)
+TP_HIDDEN_BY_WGRAD = 2  # the column-parallel layers' input-gradient reduction (Megatron-Core async dgrad)
+EP_ALL_TO_ALLS_FORWARD = 2  # dispatch and combine; the backward runs both again
+FLASH_BACKWARD_PER_FORWARD = 2.5  # FlashAttention's backward recomputes QKᵀ: 5 matmuls against the forward's 2
+WEIGHT_READS_PER_MICRO_BATCH = 2  # each bf16 weight is read by the forward and by the input-gradient GEMM
+# NCCL's ring latency model, Ring/Simple protocol: NVIDIA/nccl src/graph/tuning.cc#L54-L78 at b6475625
+NCCL_BASE_LATENCY_S = 8.4e-6  # baseLat[Ring][Simple], per collective
+NCCL_HOP_LATENCY_S = {"nvlink": 3.4e-6, "infiniband": 14.0e-6}  # hwLat[NVLINK|NET][Ring][Simple], per step
+ATTENTION_KERNELS = ("flash", "dense")
+TP_OVERLAPS = ("none", "backward", "full")
+PIPELINES = ("1f1b", "dualpipe")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The step-time model's fitted constants (``data/steptime_fit.json``; fitted by ``meshplan.steptime.fitting``).
+
+    Attributes:
+        matmul_efficiency: achieved fraction of the dense bf16 peak in the matmuls (and attention).
+        hbm_passes: HBM reads and writes of each activation byte a layer stores, over its forward and backward.
+        link_efficiency: achieved fraction of a link's per-direction bandwidth in a collective.
+    """
+
+    matmul_efficiency: float
+    hbm_passes: float
+    link_efficiency: float
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            lo, hi = PHYSICAL_RANGES[f.name]
+            x = getattr(self, f.name)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi:
+                raise ValueError(f"{f.name}={x!r} must lie in [{lo}, {hi}]")
+
+
+# what each constant can physically be: an efficiency is a fraction; an activation byte is written once and read at
+# least once, and a handful of element-wise kernels touch it at most a few dozen times
+PHYSICAL_RANGES = {"matmul_efficiency": (0.05, 1.0), "hbm_passes": (0.0, 50.0), "link_efficiency": (0.05, 1.0)}
+
+
+@lru_cache(maxsize=1)
+def fit_data() -> dict:
+    """``data/steptime_fit.json``: the fitted constants, the runs they were fitted on, the validation errors and
+    the search's tie band."""
+    return read_json("steptime_fit.json")
+
+
+@lru_cache(maxsize=1)
+def calibration() -> Calibration:
+    """The stored fitted constants."""
+    c = fit_data()["constants"]
+    return Calibration(**{k: c[k]["value"] for k in PHYSICAL_RANGES})
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How an engine runs a plan, beyond its bytes: the attention kernel and which communication it overlaps.
+
+    Attributes:
+        attention: ``"flash"`` (causal blocks skipped: FlashAttention-2, cuDNN/TE fused attention, PyTorch SDPA) or
+            ``"dense"`` (the whole s×s score matrix computed, then masked: Megatron-LM's 2021 fused softmax).
+        tp_overlap: ``"none"``, ``"backward"`` or ``"full"`` (see the module docstring).
+        cp_overlap: the K/V exchange overlaps the attention (Ring Attention); False: all-gathered, then computed.
+        dp_overlap: data-parallel collectives overlap compute (PyTorch DDP and FSDP by construction; Megatron-LM with
+            ``--overlap-grad-reduce --overlap-param-gather``, DeepSpeed with ``overlap_comm``); False: they run after
+            the backward (Megatron-LM's and DeepSpeed ZeRO-1/2's defaults).
+        pipeline: ``"1f1b"`` (1F1B, interleaved when v > 1) or ``"dualpipe"`` (DeepSeek-V3's, for the plans it can run:
+            an even pp ≥ 2, an even number of micro-batches, v = 1 (§3.2.1); the others run 1F1B).
+        pp_scatter_gather: each TP rank sends 1/t of a stage's output and the receiver all-gathers it over NVLink
+            (Narayanan et al. 2021 §4.1; Megatron-LM 2021's default, ``--no-scatter-gather-tensors-in-pipeline`` off),
+            even without sequence parallelism; the ledgers that divide by t already do it under sequence parallelism.
+    """
+
+    attention: str = "flash"
+    tp_overlap: str = "none"
+    cp_overlap: bool = True
+    dp_overlap: bool = True
+    pipeline: str = "1f1b"
+    pp_scatter_gather: bool = False
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("attention", ATTENTION_KERNELS), ("tp_overlap", TP_OVERLAPS), ("pipeline", PIPELINES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r} must be one of {', '.join(allowed)}")
+        for name in ("cp_overlap", "dp_overlap", "pp_scatter_gather"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+
+
+# Each ledger's engine as it runs by default, except that data-parallel overlap is on everywhere: production
+# configurations switch it on (NVIDIA NeMo's Llama 3 70B recipe sets overlap_grad_reduce=True and
+# overlap_param_gather=True, nemo/collections/llm/recipes/llama3_70b.py at de778f8; FSDP overlaps by construction),
+# and ``export`` should emit the flags. Megatron-Core's asynchronous input-gradient reduction needs no flag.
+ENGINE_EXECUTION = {
+    "lab": Execution(),
+    "megatron": Execution(tp_overlap="backward"),
+    "fsdp2": Execution(),
+    "deepspeed": Execution(),
+}
+
+
+def dualpipe(plan: Plan, ex: Execution) -> bool:
+    """Whether ``plan`` runs DualPipe under ``ex``: asked for, and possible (even pp ≥ 2, even m, v = 1)."""
+    return (
+        ex.pipeline == "dualpipe"
+        and plan.pp >= 2
+        and plan.pp % 2 == 0
+        and plan.micro_batches % 2 == 0
+        and plan.virtual_stages == 1
+    )
+
+
+def execution_for(accounting: str) -> Execution:
+    """The default ``Execution`` of a ledger's engine (``ENGINE_EXECUTION``; the lab ledger's for any other name)."""
+    return ENGINE_EXECUTION.get(accounting, ENGINE_EXECUTION["lab"])
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """The estimated step time of one plan, in seconds, as named terms (see the module docstring)."""
+
+    compute_s: float
+    tp_s: float
+    cp_s: float
+    ep_s: float
+    pp_s: float
+    dp_exposed_s: float
+    bubble_s: float
+    optimizer_s: float
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.terms().values())
+
+    def terms(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in TERMS}
+
+
+# ---------------------------------------------------------------- helpers
+def _peak(hw: Hardware) -> float:
+    if hw.peak_bf16_flop_per_s is None:
+        raise ValueError(f"hardware {hw.name!r} has no peak_bf16_flop_per_s for the step-time model")
+    return hw.peak_bf16_flop_per_s
+
+
+def _hbm(hw: Hardware) -> float:
+    if hw.hbm_bytes_per_s is None:
+        raise ValueError(f"hardware {hw.name!r} has no hbm_bytes_per_s for the step-time model")
+    return hw.hbm_bytes_per_s
+
+
+def collective_latency_s(kind: str, n: int, link: str | None) -> float:
+    """NCCL's ring latency of one collective over ``n`` ranks on ``link``: 8.4 µs + steps × per-step latency, with
+    2(n−1) steps for an all-reduce, n−1 for an all-gather or reduce-scatter, 1 for a send or an all-to-all. Every
+    step of a group that crosses nodes is charged the network's 14 µs (an upper bound: NCCL charges only the
+    inter-node steps so).
+
+        >>> round(collective_latency_s("all-reduce", 8, "nvlink") * 1e6, 1)
+        56.0
+    """
+    if n <= 1 or link is None:
+        return 0.0
+    steps = {ALL_REDUCE: 2 * (n - 1), "reduce-scatter": n - 1, ALL_GATHER: n - 1, "send": 1, "all-to-all": 1}[kind]
+    return NCCL_BASE_LATENCY_S + steps * NCCL_HOP_LATENCY_S[link]
+
+
+@dataclass(frozen=True)
+class _LayerWork:
+    """Prefix sums over a model's decoder layers, for one sequence length: the forward matmul FLOP per token of the
+    dense weights and of the activated routed experts, the forward FLOP per sequence of the softmax attention as the
+    kernel executes it and of the linear attention, and the parameters outside and inside the routed experts."""
+
+    dense_flop: tuple[float, ...]
+    expert_flop: tuple[float, ...]
+    softmax: tuple[float, ...]
+    linear: tuple[float, ...]
+    dense_params: tuple[float, ...]
+    expert_params: tuple[float, ...]
+
+    @staticmethod
+    def span(prefix: tuple[float, ...], layers: range) -> float:
+        return prefix[layers.stop] - prefix[layers.start]
+
+
+_WORK_CACHE: dict[tuple[int, int, bool], tuple[ModelSpec, _LayerWork]] = {}
+
+
+def _layer_work(model: ModelSpec, seq: int, causal: bool) -> _LayerWork:
+    key = (id(model), seq, causal)
+    hit = _WORK_CACHE.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    cols: list[list[float]] = [[0.0] for _ in range(6)]
+    for layer in model.layers:
+        a = compute.attention_forward_flop(layer, seq, causal)
+        linear = layer.mixer == "linear_attention"
+        dense = layer.params - layer.expert_params
+        row = (
+            compute.forward_flop(dense, 1),
+            compute.forward_flop(layer.activated_params - dense, 1),
+            0.0 if linear else a,
+            a if linear else 0.0,
+            dense,
+            layer.expert_params,
+        )
+        for col, x in zip(cols, row, strict=True):
+            col.append(col[-1] + x)
+    work = _LayerWork(*(tuple(col) for col in cols))
+    if len(_WORK_CACHE) > 256:
+        _WORK_CACHE.clear()
+    _WORK_CACHE[key] = (model, work)
+    return work
+
+
+def flash_attention_utilisation(hw: Hardware) -> float | None:
+    """The documented fraction of the bf16 peak a FlashAttention-2-generation kernel reaches on ``hw``
+    (``data/steptime_fit.json``, ``documented``), None where nothing is documented (the matmul efficiency applies)."""
+    entry = fit_data()["documented"]["flash_attention_utilisation"].get(hw.name)
+    return None if entry is None else entry["value"]
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch on one GPU of a pipeline stage, in seconds: forward and backward compute (the backward
+    includes the recomputation), the GEMMs' part of both, and the exposed TP, CP and EP communication."""
+
+    forward_s: float
+    backward_s: float
+    gemm_s: float
+    tp_s: float
+    cp_s: float
+    ep_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.tp_s + self.cp_s + self.ep_s
+
+
+def micro_batch(
+    report: Report, stage: int, execution: Execution | None = None, calibration_: Calibration | None = None
+) -> MicroBatch:
+    """The time of one micro-batch on one GPU of pipeline stage ``stage`` (0-based)."""
+    p = report.plan
+    ex = execution or execution_for(p.accounting.name)
+    cal = calibration_ or calibration()
+    return _micro_batch(report, p.stages[stage], ex, cal)
+
+
+def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
+    p, m, hw, d = report.plan, report.plan.model, report.plan.hardware, report.plan.dims
+    t, c, e, s, b, h = d.tp, d.cp, d.ep, p.seq, p.micro_batch_size, m.hidden_size
+    flash = ex.attention == "flash"
+    rate = _peak(hw) * cal.matmul_efficiency
+    attn_rate = _peak(hw) * ((flash_attention_utilisation(hw) if flash else None) or cal.matmul_efficiency)
+    work = _layer_work(m, s, flash)
+    layers = st.layers
+    n = len(layers)
+    split = t * c  # TP splits every matmul and the heads; CP the tokens (zig-zag balanced)
+
+    # ---- GEMMs, as a roofline: the FLOP at the matmul rate, or the weights read and the gradients accumulated
+    # every micro-batch at HBM bandwidth, whichever is longer (the routed experts apart: few tokens reach each)
+    tokens = s * b
+    head = compute.head_params(m) if st.index == p.pp - 1 else 0.0
+    passes = 1 + compute.BACKWARD_PER_FORWARD + (1 if p.recompute == "full" else 0)  # forwards' worth of FLOP
+    weight_bytes = (
+        WEIGHT_READS_PER_MICRO_BATCH * ACT_BYTES
+        + 2 * p.accounting.bytes_per_param.grads
+        + (ACT_BYTES if p.recompute == "full" else 0)
+    )
+    dense_flop = (work.span(work.dense_flop, layers) * tokens) / split
+    head_flop = compute.forward_flop(head, tokens) / split
+    expert_flop = work.span(work.expert_flop, layers) * tokens / split
+    dense_s = max(
+        (passes * dense_flop + 3 * head_flop) / rate,
+        (work.span(work.dense_params, layers) + head) / t * weight_bytes / _hbm(hw),
+    )
+    expert_bytes = work.span(work.expert_params, layers) / (d.etp * e) * weight_bytes
+    expert_s = max(passes * expert_flop / rate, expert_bytes / _hbm(hw)) if expert_flop else 0.0
+    gemm = dense_s + expert_s
+    gemm_f = gemm * (dense_flop + head_flop + expert_flop) / (passes * (dense_flop + expert_flop) + 3 * head_flop)
+    # ---- attention: the backward is 2 forwards, FlashAttention's 2.5 (it recomputes the scores: Dao 2023 §3.1;
+    # its benchmark counts backward FLOP as 2.5 × forward); selective recomputation re-runs the attention core,
+    # full the whole layer
+    softmax_f = work.span(work.softmax, layers) * b / split / attn_rate
+    linear_f = work.span(work.linear, layers) * b / split / rate
+    softmax_b = (FLASH_BACKWARD_PER_FORWARD if flash else compute.BACKWARD_PER_FORWARD) * softmax_f
+    extra = {"full": softmax_f + linear_f, "selective": softmax_f, "none": 0.0}[p.recompute]
+    # ---- memory-bound element-wise work: hbm_passes × the activations a layer stores, a third in the forward
+    kernel = "selective" if flash else "none"
+    stored = activation_bytes_per_layer(s // c, b, h, m.num_attention_heads, t, kernel, p.sequence_parallel) * n
+    mem = cal.hbm_passes * stored / _hbm(hw)
+    mem_extra = mem / 3 if p.recompute == "full" else 0.0
+    forward = gemm_f + softmax_f + linear_f + mem / 3
+    backward = (gemm - gemm_f) + compute.BACKWARD_PER_FORWARD * linear_f + softmax_b + extra + 2 * mem / 3 + mem_extra
+    attention_pass = softmax_f
+
+    def wire(n_bytes: float, link: str | None) -> float:
+        return n_bytes / (hw.bandwidth(link) * cal.link_efficiency) if link else 0.0
+
+    # ---- TP
+    tp_s = 0.0
+    link = report.link["tp"]
+    if t > 1 and link:
+        unit = wire(all_gather_bytes(t, s // c * b * h * ACT_BYTES), link) + collective_latency_s(ALL_GATHER, t, link)
+        units_fwd = TP_FORWARD_UNITS * (2 if p.recompute == "full" else 1)
+        units_bwd = TP_UNITS_PER_LAYER - TP_FORWARD_UNITS
+        regather = 2 * 2 if (p.accounting.tp_backward_regather and p.sequence_parallel) else 0
+        if ex.tp_overlap == "none":
+            tp_s = (units_fwd + units_bwd + regather) * unit * n
+        elif ex.tp_overlap == "backward":
+            tp_s = (units_fwd + units_bwd - TP_HIDDEN_BY_WGRAD) * unit * n
+        else:
+            tp_s = max(0.0, (units_fwd + units_bwd + regather) * unit * n - gemm)
+
+    # ---- CP: the K/V ring of the full-attention layers, forward once, backward twice (+1 forward with recompute)
+    cp_s = 0.0
+    link = report.link["cp"]
+    if c > 1 and link and st.full_attention_layers:
+        kv = kv_bytes_per_layer(s, b, int(kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t)))
+        per_pass = wire(all_gather_bytes(c, kv), link) + (c - 1) * collective_latency_s("send", 2, link)
+        ring_passes = 3 + (1 if p.recompute in ("full", "selective") else 0)
+        if ex.cp_overlap:
+            attn_pass = attention_pass / st.full_attention_layers
+            cp_s = ring_passes * st.full_attention_layers * max(0.0, per_pass - attn_pass)
+        else:
+            cp_s = ring_passes * st.full_attention_layers * per_pass
+
+    # ---- EP: dispatch + combine, forward and backward (+ forward again with full recompute)
+    ep_s = 0.0
+    link = report.link["ep"]
+    if e > 1 and link and st.moe_layers:
+        tokens = tokens_per_gpu(s, b, c, t, p.sequence_parallel)
+        one = wire(all_to_all_bytes(e, tokens * m.experts_per_token * h * ACT_BYTES), link) + collective_latency_s(
+            "all-to-all", e, link
+        )
+        count = EP_ALL_TO_ALLS_FORWARD * (3 if p.recompute == "full" else 2)
+        ep_s = count * one * st.moe_layers
+        if dualpipe(p, ex):
+            ep_s = max(0.0, ep_s - forward - backward)
+    return MicroBatch(forward, backward, gemm, tp_s, cp_s, ep_s)
+
+
+def _window_of(c: SyncCollective) -> str:
+    """When a data-parallel collective can run: under a micro-batch's ``"forward"`` (weight gathers), its
+    ``"backward"`` (gradient reductions, backward gathers) or ``"after"`` the optimizer step (the updated weights'
+    gather, overlapped with the next step's first forward)."""
+    if "updated weights" in c.label:
+        return "after"
+    if c.kind == ALL_GATHER and "backward" not in c.label:
+        return "forward"
+    return "backward"
+
+
+def _dp_exposed_s(report: Report, mb: MicroBatch, units: int, ex: Execution, cal: Calibration) -> float:
+    """Seconds of data-parallel synchronisation not hidden under compute (see the module docstring)."""
+    p, hw, d = report.plan, report.plan.hardware, report.plan.dims
+    m = p.micro_batches
+    schedule = p.accounting.sync_schedule(p.zero, p.pp)
+    if not schedule:
+        return 0.0
+    # each collective's share of the synchronisation bytes: the same for every group size (the ring factors of
+    # all-reduce, reduce-scatter and all-gather keep their ratios), so one computation serves the DP, CP and EDP parts
+    total = sum(sync_terms(2, 1.0, schedule, m).values())
+    groups = {"dp": d.dp, "cp": d.cp, "edp": d.expert_dp}
+    slots = {"forward": [0.0, 0.0], "backward": [0.0, 0.0], "after": [0.0, 0.0]}  # [every micro-batch, once]
+    for c in schedule:
+        occurrences = m if c.per_micro_batch else 1
+        share = c.bytes(2, 1.0, m) / total if total else 0.0
+        seconds = 0.0
+        for key, n_bytes in report.grad_sync_bytes.items():
+            link = report.link[key]
+            if not n_bytes or not link:
+                continue
+            seconds += n_bytes * share / occurrences / (hw.bandwidth(link) * cal.link_efficiency)
+            seconds += units * collective_latency_s(c.kind, groups[key], link)
+        slots[_window_of(c)][0 if c.per_micro_batch else 1] += seconds
+    if not ex.dp_overlap:
+        return sum(m * every + once for every, once in slots.values())
+
+    def exposed(busy: float, window: float) -> float:
+        return min(busy, max(0.0, busy - window) + busy / units)
+
+    fwd, bwd, after = slots["forward"], slots["backward"], slots["after"]
+    return (
+        (m - 1) * (exposed(fwd[0], mb.forward_s) + exposed(bwd[0], mb.backward_s))
+        + exposed(fwd[0] + fwd[1] + after[0] + after[1], mb.forward_s)
+        + exposed(bwd[0] + bwd[1], mb.backward_s)
+    )
+
+
+def _slowest_stage(report: Report, ex: Execution, cal: Calibration) -> tuple[int, MicroBatch]:
+    """The pipeline stage whose micro-batch takes longest, and that time (stages with the same work computed once)."""
+    p = report.plan
+    work = _layer_work(p.model, p.seq, ex.attention == "flash")
+    best: tuple[int, MicroBatch] | None = None
+    seen: set[tuple] = set()
+    for st in p.stages:
+        key = (
+            *(
+                work.span(col, st.layers)
+                for col in (work.dense_flop, work.expert_flop, work.softmax, work.linear, work.expert_params)
+            ),
+            st.num_layers,
+            st.full_attention_layers,
+            st.moe_layers,
+            st.index == p.pp - 1,
+        )
+        if key in seen:
+            continue
+        seen.add(key)
+        mb = _micro_batch(report, st, ex, cal)
+        if best is None or mb.total_s > best[1].total_s:
+            best = (st.index, mb)
+    assert best is not None
+    return best
+
+
+def step_time(report: Report, execution: Execution | None = None, calibration_: Calibration | None = None) -> StepTime:
+    """Estimated seconds per optimizer step of ``report``'s plan (see the module docstring). ``execution`` defaults
+    to the plan's ledger's engine (``execution_for``), ``calibration_`` to the stored fit."""
+    p = report.plan
+    ex = execution or execution_for(p.accounting.name)
+    cal = calibration_ or calibration()
+    m, pp, v = p.micro_batches, p.pp, p.virtual_stages
+    k, mb = _slowest_stage(report, ex, cal)
+    hw = p.hardware
+
+    link = report.link["pp"]
+    pp_mb = 0.0
+    if pp > 1 and link and not dualpipe(p, ex):
+        sent = report.comm_bytes_per_step["pp"] / m
+        if ex.pp_scatter_gather and not p.accounting.pp_send_divided(p.sequence_parallel):
+            sent /= p.tp
+        pp_mb = sent / (hw.bandwidth(link) * cal.link_efficiency) + 2 * v * collective_latency_s("send", 2, link)
+    slot = mb.total_s + pp_mb
+    if pp == 1:
+        bubble = 0.0
+    elif dualpipe(p, ex):
+        bubble = max(pp / 2 - 1, 0) * (mb.forward_s + mb.backward_s / 2 + mb.tp_s + mb.cp_s)
+    else:
+        bubble = report.bubble * m * slot
+    units = max(p.stages[k].num_layers, 1)
+    states = report.model_states_terms
+    optimizer_bytes = sum(states.values()) + sum(states.get(x, 0.0) for x in ("master", "adam_m", "adam_v"))
+    return StepTime(
+        compute_s=m * mb.compute_s,
+        tp_s=m * mb.tp_s,
+        cp_s=m * mb.cp_s,
+        ep_s=m * mb.ep_s,
+        pp_s=m * pp_mb,
+        dp_exposed_s=_dp_exposed_s(report, mb, units, ex, cal),
+        bubble_s=bubble,
+        optimizer_s=optimizer_bytes / _hbm(hw),
+    )
+
+
+# ---------------------------------------------------------------- FLOP, MFU, HFU
+def model_flop_per_step(report: Report) -> float:
+    """Model FLOP per step: forward + backward of every sequence, attention over the whole score matrix, no
+    recomputation (``compute.training_flop_per_sequence(..., "none", causal=False)`` × sequences)."""
+    p = report.plan
+    return compute.training_flop_per_sequence(p.model, p.seq, "none", causal=False) * p.global_batch
+
+
+def hardware_flop_per_step(report: Report) -> float:
+    """Model FLOP plus the plan's recomputation, in the same convention (HFU's numerator)."""
+    p = report.plan
+    return compute.training_flop_per_sequence(p.model, p.seq, p.recompute, causal=False) * p.global_batch
+
+
+def _utilisation(flop: float, report: Report, step_s: float, peak_flop_per_s: float) -> float:
+    if not peak_flop_per_s > 0 or not step_s > 0:
+        raise ValueError(f"peak_flop_per_s={peak_flop_per_s!r} and step_s={step_s!r} must be positive")
+    return flop / (step_s * report.plan.gpus * peak_flop_per_s)
+
+
+def mfu(report: Report, step_s: float, peak_flop_per_s: float | None = None) -> float:
+    """Model FLOPs utilisation: ``model_flop_per_step`` ÷ (step time × GPUs × peak); peak defaults to the
+    hardware's dense bf16 peak."""
+    peak = _peak(report.plan.hardware) if peak_flop_per_s is None else peak_flop_per_s
+    return _utilisation(model_flop_per_step(report), report, step_s, peak)
+
+
+def hfu(report: Report, step_s: float, peak_flop_per_s: float | None = None) -> float:
+    """Hardware FLOPs utilisation: ``hardware_flop_per_step`` ÷ (step time × GPUs × peak)."""
+    peak = _peak(report.plan.hardware) if peak_flop_per_s is None else peak_flop_per_s
+    return _utilisation(hardware_flop_per_step(report), report, step_s, peak)
+
+
+def step_report(report: Report, execution: Execution | None = None) -> dict:
+    """The step-time keys ``meshplan plan --json`` adds: ``step_time_s``, its terms, ``tokens_per_step``,
+    ``mfu``, ``hfu`` (against the hardware's dense bf16 peak), the FLOP behind them and the execution assumed."""
+    p = report.plan
+    ex = execution or execution_for(p.accounting.name)
+    st = step_time(report, ex)
+    return {
+        "step_time_s": st.total_s,
+        "step_time_terms_s": st.terms(),
+        "tokens_per_step": p.tokens_per_step,
+        "mfu": mfu(report, st.total_s),
+        "hfu": hfu(report, st.total_s),
+        "model_flop_per_step": model_flop_per_step(report),
+        "hardware_flop_per_step": hardware_flop_per_step(report),
+        "peak_flop_per_s": _peak(p.hardware),
+        "execution": {f.name: getattr(ex, f.name) for f in fields(ex)},
+    }
+
+
+__all__ = [
+    "PHYSICAL_RANGES",
+    "TERMS",
+    "Calibration",
+    "Execution",
+    "MicroBatch",
+    "StepTime",
+    "calibration",
+    "collective_latency_s",
+    "execution_for",
+    "fit_data",
+    "hardware_flop_per_step",
+    "hfu",
+    "mfu",
+    "micro_batch",
+    "model_flop_per_step",
+    "step_report",
+    "step_time",
+]
