@@ -28,7 +28,7 @@ SUBMODULES = sorted(set(ALL) - set(WITH_EXAMPLES) - set(WITHOUT_EXAMPLES) - set(
 
 def test_core_modules_are_covered():
     # a guard against the discovery above silently finding nothing
-    assert {"spec.model", "plan.evaluate", "spec.mesh", "parallel.zero", "core.collectives", "search"} <= set(
+    assert {"spec.model", "plan.evaluation", "spec.mesh", "parallel.zero", "core.collectives", "search"} <= set(
         WITH_EXAMPLES
     )
 

@@ -22,6 +22,7 @@ from meshplan.core import collectives
 from meshplan.course import published
 from meshplan.course.lab import LAB_8_GPUS, lab_plan
 from meshplan.parallel import activations, cp, ep, pp, zero
+from meshplan.plan.contract import report_json
 from meshplan.spec import stages as stages_mod
 from meshplan.spec.mesh import parse_order
 from meshplan.spec.model import MODELS_DIR
@@ -139,7 +140,7 @@ def test_report_notes_and_heaviest_dim():
 
 def test_to_dict_round_trips_through_json():
     r = evaluate(lab_plan(LAB_8_GPUS[3]))
-    d = json.loads(json.dumps(r.to_dict()))
+    d = json.loads(json.dumps(report_json(r)))
     assert d["mesh"] == {"tp": 2, "cp": 1, "ep": 1, "dp": 1, "pp": 4}
     assert d["settings"]["recompute"] == "full" and d["settings"]["sequence_parallel"] is True
     assert d["bubble"] == 0.375 and d["bubble_share_of_time"] == 3 / 11

@@ -26,7 +26,8 @@ from meshplan.search import format_search, search
 from meshplan.spec.accounting import LEDGERS
 from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
 from meshplan.spec.hardware import available_hardware, load_hardware
-from meshplan.steptime import execution_for, step_report
+from meshplan.steptime import execution_for
+from meshplan.steptime.contract import plan_json
 
 MAX_GB = 1e6  # 1 PB per GPU
 
@@ -209,7 +210,7 @@ def _plan(args) -> int:
 
     report = evaluate(plan_from_args(args))
     if args.json:
-        _print(json.dumps({**report.to_dict(), **step_report(report)}))
+        _print(json.dumps(plan_json(report)))
     else:
         _print(format_report(report))
     return 0

@@ -54,9 +54,9 @@ from meshplan.steptime import (
     fit_data,
     mfu,
     model_flop_per_step,
-    step_report,
     step_time,
 )
+from meshplan.steptime.contract import plan_json
 
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
@@ -127,11 +127,7 @@ class Candidate:
     def to_dict(self, rank: int | None = None) -> dict:
         """The ``plan --json`` report plus ``steptime.step_report``'s keys (``step_time_s``, its terms,
         ``tokens_per_step``, ``mfu``, ``hfu``, ...) and the rank."""
-        d = self.report.to_dict()
-        d.update(step_report(self.report, self.execution))
-        if rank is not None:
-            d["rank"] = rank
-        return d
+        return plan_json(self.report, self.execution, self.step, rank)
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,23 @@
 """A parallel plan and its report (imports ``core``, ``spec`` and ``parallel``).
 
 * ``construct``: ``Plan`` and ``Workload``, built from validated parts, and ``Plan.create``, the front door;
-* ``evaluate``: ``evaluate(plan)`` → ``Report`` (memory per GPU, bytes per dimension with link and time, bubble);
+* ``report``: the ``Report`` (memory per GPU, bytes per dimension with link and time, bubble) and its keys;
+* ``evaluation``: ``evaluate(plan)`` → ``Report``;
 * ``notes``: the report's notes, in the reader's words;
-* ``contract``: the JSON object ``meshplan plan --json`` prints, built in one place for ``plan`` and ``search``;
+* ``contract``: the report's part of the JSON object ``meshplan plan --json`` prints, built once;
 * ``reporting``: a report as text.
 """
 
-from meshplan.plan.evaluate import (
-    DIMS,
+from meshplan.plan.construct import (
     MAX_MICRO_BATCH_SIZE,
     MAX_MICRO_BATCHES,
     MAX_SEQ,
     MAX_VIRTUAL_STAGES,
-    MESH_KEYS,
-    TRAFFIC,
     Plan,
-    Report,
     Workload,
-    evaluate,
 )
+from meshplan.plan.evaluation import evaluate
+from meshplan.plan.report import DIMS, MESH_KEYS, TRAFFIC, Report
 
 __all__ = [
     "DIMS",

@@ -13,7 +13,8 @@ GB = 10⁹ bytes throughout; bytes are per GPU, traffic is what each GPU sends p
 from __future__ import annotations
 
 from meshplan.core.units import fmt_gb, fmt_pct
-from meshplan.plan.evaluate import TRAFFIC, Plan, Report
+from meshplan.plan.construct import Plan
+from meshplan.plan.report import TRAFFIC, Report
 
 LINK_NAMES = {"nvlink": "NVLink", "infiniband": "InfiniBand", None: "none"}
 SHORT_LINK_NAMES = {"nvlink": "NVLink", "infiniband": "IB", None: "-"}

@@ -581,12 +581,13 @@ def hfu(report: Report, step_s: float, peak_flop_per_s: float | None = None) -> 
     return _utilisation(hardware_flop_per_step(report), report, step_s, peak)
 
 
-def step_report(report: Report, execution: Execution | None = None) -> dict:
+def step_report(report: Report, execution: Execution | None = None, step: StepTime | None = None) -> dict:
     """The step-time keys ``meshplan plan --json`` adds: ``step_time_s``, its terms, ``tokens_per_step``,
-    ``mfu``, ``hfu`` (against the hardware's dense bf16 peak), the FLOP behind them and the execution assumed."""
+    ``mfu``, ``hfu`` (against the hardware's dense bf16 peak), the FLOP behind them and the execution assumed.
+    ``step``: the plan's ``step_time`` under ``execution`` when the caller has it already (a search's candidate)."""
     p = report.plan
     ex = execution or execution_for(p.accounting.name)
-    st = step_time(report, ex)
+    st = step_time(report, ex) if step is None else step
     return {
         "step_time_s": st.total_s,
         "step_time_terms_s": st.terms(),

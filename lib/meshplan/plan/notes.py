@@ -1,0 +1,50 @@
+"""The notes of a plan's report, in the reader's words: what the numbers assume or leave out for this plan."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from meshplan.plan.construct import Plan
+
+__all__ = ["report_notes"]
+
+
+def report_notes(plan: Plan, comm: Mapping[str, float]) -> tuple[str, ...]:
+    """The notes ``evaluate`` attaches to ``plan``'s report, given its bytes per dimension ``comm``: KV heads
+    replicated over TP, the TP collectives full recompute re-runs, the routed experts' own gradient sync, the terms
+    a meta-device count estimates, a sequence longer than the model was trained for.
+
+        >>> report_notes(Plan.create("qwen3.8-27b", gpus=8, tp=4, recompute="full"), {"edp": 0.0})[0]
+        "full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)"
+    """
+    m, d = plan.model, plan.dims
+    t, c, s = d.tp, d.cp, plan.seq
+    notes: list[str] = []
+    if t > m.num_key_value_heads:
+        notes.append(
+            f"tp={t} > {m.num_key_value_heads} KV heads: each KV head is replicated on "
+            f"{t // m.num_key_value_heads} GPUs (the extra k/v weights are not counted)"
+        )
+    if plan.recompute == "full" and t > 1:
+        if plan.accounting.name == "lab":
+            notes.append(
+                "full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)"
+            )
+        else:
+            notes.append(
+                "full recompute re-runs the forward's 2 TP collectives per layer: the step time charges them, "
+                "these bytes do not"
+            )
+    if comm["edp"]:
+        notes.append(
+            f"routed-expert gradients sync over {d.expert_dp} expert-data-parallel ranks (edp), apart from "
+            f"the dense gradients' {d.dp * c} data-parallel ranks"
+        )
+    if getattr(m, "estimated", ()):
+        notes.append(
+            f"{m.name} ({m.family}) is counted exactly by transformers on the meta device; estimated from "
+            f"its config: {', '.join(m.estimated)}"
+        )
+    if m.max_position_embeddings and s > m.max_position_embeddings:
+        notes.append(f"seq={s:,} is longer than the {m.max_position_embeddings:,} positions {m.name} was trained for")
+    return tuple(notes)

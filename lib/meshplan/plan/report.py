@@ -1,0 +1,50 @@
+"""What a plan costs per GPU: the ``Report`` that ``evaluate`` returns, and the names of its traffic keys.
+
+    >>> TRAFFIC
+    ('dp', 'tp', 'pp', 'cp', 'ep', 'edp')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from meshplan.plan.construct import Plan
+
+__all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Report"]
+
+DIMS = ("dp", "tp", "pp", "cp", "ep")
+TRAFFIC = (*DIMS, "edp")  # the report's traffic keys: the five dimensions and the expert-data-parallel sync
+MESH_KEYS = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a plan costs per GPU. Bytes are per GPU; communication is bytes sent per step.
+
+    ``stage`` is the pipeline rank whose memory is reported (the most loaded); ``traffic_stage`` the one whose
+    bytes are (the one with the most layers). ``grad_sync_bytes`` is the part of ``comm_bytes_per_step`` that
+    synchronises gradients (and, with ZeRO-3, gathers weights), by key: the traffic that can overlap the backward
+    pass, unlike TP's, PP's, CP's K/V and EP's dispatch.
+    """
+
+    plan: Plan
+    params_per_gpu: float
+    model_states_terms: Mapping[str, float]
+    memory_bytes: Mapping[str, float]
+    fits: bool
+    comm_bytes_per_step: Mapping[str, float]
+    link: Mapping[str, str | None]
+    comm_time_s: Mapping[str, float]
+    bubble: float
+    bubble_share: float
+    notes: tuple[str, ...] = ()
+    grad_sync_bytes: Mapping[str, float] = field(default_factory=dict)
+    stage: int = 0
+    traffic_stage: int = 0
+
+    @property
+    def heaviest_dim(self) -> str | None:
+        """The dimension that sends the most bytes per step (None if nothing is sent)."""
+        dim = max(TRAFFIC, key=lambda d: self.comm_bytes_per_step[d])
+        return dim if self.comm_bytes_per_step[dim] > 0 else None
