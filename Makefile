@@ -8,7 +8,10 @@
 #                  the site built from the outputs nbval has just verified, then the browser checks
 #   make check     the inner loop (14-18 s): unit and property tests, a fifth of the hypothesis examples; no browser,
 #                  notebooks, torch runs or rendered figures
-#   make lint      ruff (lint and format), mypy and import-linter (the library's layers)
+#   make node_modules  ESLint and its config packages (package.json, pinned by package-lock.json) by `npm ci`
+#                  (re-runs only when package-lock.json changes; installs Debian's npm if there is none)
+#   make lint      ruff (lint and format), mypy, import-linter (the library's layers) and ESLint (the widgets' page
+#                  scripts, lib/meshplan/widgets/static/*.js, and their Node tests, tests/js)
 #   make lab       JupyterLab on 127.0.0.1 with live widgets (opens the evolution map)
 #   make clean     remove build outputs; `make distclean` also removes .venv
 
@@ -110,12 +113,30 @@ test: venv chromium node
 check: venv
 	MESHPLAN_HYPOTHESIS_SCALE=0.2 $(PYTEST) -p no:nbval -m "not browser and not slow" tests
 
-lint: venv
+lint: venv node_modules
 	$(VENV_BIN)/ruff check lib tests scripts
 	$(VENV_BIN)/ruff check --select F --ignore F811 notebooks  # pyflakes only; a visible cell may re-import
 	$(VENV_BIN)/ruff format --check lib tests scripts
 	$(VENV_BIN)/mypy
 	$(VENV_BIN)/lint-imports --no-cache  # the library's layers (.importlinter)
+	node_modules/.bin/eslint --max-warnings 0 eslint.config.js lib/meshplan/widgets/static tests/js  # eslint.config.js says how
+
+# ESLint from npm, the versions package-lock.json pins: `npm ci` installs exactly that tree, again only when the lock
+# changes (the stamp, inside node_modules/, goes when npm ci empties it). Debian's nodejs comes without npm (bookworm:
+# node 18.20, npm 9.2), so Debian's npm is installed where there is none, as `node` installs nodejs.
+.PHONY: node_modules
+NPM_STAMP := node_modules/.package-lock.stamp
+node_modules: $(NPM_STAMP)
+
+$(NPM_STAMP): package-lock.json | node
+	@if ! command -v npm >/dev/null 2>&1; then \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update; \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y npm; \
+	  command -v npm >/dev/null; \
+	fi
+	npm ci --no-audit --no-fund
+	@touch $@
 
 # Take the course in JupyterLab: every exercise is a live widget that calls the library as you move it.
 # Serves this folder on 127.0.0.1 and opens the evolution map, the course's entry point, in your browser (the
@@ -133,4 +154,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name .ipynb_checkpoints -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) node_modules

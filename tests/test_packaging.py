@@ -29,13 +29,14 @@ def _pyproject() -> dict:
 def test_every_data_file_is_package_data():
     patterns = _pyproject()["tool"]["setuptools"]["package-data"]["meshplan"]
     shipped = {Path(p) for pattern in patterns for p in glob.glob(pattern, root_dir=PACKAGE) if (PACKAGE / p).is_file()}
-    on_disk = {
+    on_disk = {  # every file of the package but its Python modules: data/ and the widgets' page scripts
         (Path(root) / name).relative_to(PACKAGE)
-        for root, dirs, files in os.walk(PACKAGE / "data")
+        for root, dirs, files in os.walk(PACKAGE)
         for name in files
-        if "__pycache__" not in root
+        if "__pycache__" not in root and not name.endswith(".py")
     }
-    assert len(on_disk) > 30  # the models, hardware presets, engines' sources and published tables
+    assert len([p for p in on_disk if p.parts[0] == "data"]) > 30  # models, hardware, engines' sources, tables
+    assert {p.name for p in on_disk if p.parts[:2] == ("widgets", "static")} >= {"runtime.js", "exercise.js"}
     assert on_disk - shipped == set(), (
         "data files a built package would leave out: fix lib/pyproject.toml's package-data"
     )

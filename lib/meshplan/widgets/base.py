@@ -9,9 +9,9 @@ combination and the table of the library's answers; the JSON payload; the contro
 stylesheet and JavaScript runtime (``runtime``); ``_repr_mimebundle_`` (static HTML for the book, plus the
 live view in Jupyter unless ``MESHPLAN_STATIC=1``); and the live ipywidget controls (``LiveControls``).
 
-A subclass says what one combination means (``entry``) and how to show it (``body_html``, a renderer in
-``script`` registered under ``kind``, ``live_view``). ``Exercise``, ``Checklist``, ``grid.DeviceGrid`` and
-``plotting.TimelineExplorer`` are the four.
+A subclass says what one combination means (``entry``) and how to show it (``body_html``; a renderer, registered
+under ``kind`` by the page script ``script_file``; ``live_view``). ``Exercise``, ``Checklist``, ``grid.DeviceGrid``
+and ``plotting.TimelineExplorer`` are the four.
 
 Inputs: strictly increasing numbers get a slider that shows its value; anything else (names, or numbers
 that are not ordered) gets radio buttons when the options are few and short, else a drop-down; ``inputs``
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from itertools import pairwise, product
 from typing import Any, ClassVar
 
-from meshplan.widgets.runtime import CSS, core_js, kind_js
+from meshplan.widgets.runtime import CSS, core_js, mount_js, script_js
 
 STATIC_ENV = "MESHPLAN_STATIC"  # set to 1 by the book build: emit only the static HTML, no live widget
 INPUTS = ("slider", "radio", "select")
@@ -155,13 +155,14 @@ class StaticWidget:
         texts: name → {value: text shown} (default: ``str(value)``).
         depends: name → a function of other controls (by parameter name) returning the allowed values.
 
-    Subclasses set ``kind`` (the page renderer), ``script`` (its JavaScript function expression
-    ``function(root, data, ui){...}``; ``ui`` is the runtime's controls object), ``css`` (its own style
-    rules), ``what`` (for messages) and ``id_prefix``, and implement ``entry``, ``body_html`` and ``live_view``.
+    Subclasses set ``kind`` (the page renderer), ``script_file`` (the file in ``meshplan/widgets/static/`` that
+    registers the renderer of ``kind``: a function of the widget's element, its payload and the runtime's controls
+    object), ``css`` (its own style rules), ``what`` (for messages) and ``id_prefix``, and implement ``entry``,
+    ``body_html`` and ``live_view``.
     """
 
     kind: ClassVar[str] = "none"
-    script: ClassVar[str] = "function(root,data,ui){}"
+    script_file: ClassVar[str] = ""  # e.g. "exercise.js"; the base has no renderer
     css: ClassVar[str] = ""  # the kind's own style rules, added to the shared stylesheet
     what: ClassVar[str] = "widget"
     id_prefix: ClassVar[str] = "mp-w-"
@@ -395,7 +396,11 @@ class StaticWidget:
             .replace("\u2028", "\\u2028")
             .replace("\u2029", "\\u2029")
         )
-        script = core_js() + "\n" + kind_js(self.kind, self.script) + f'\nwindow.__meshplan.mount("{self.dom_id}");'
+        if not self.script_file:
+            raise NotImplementedError(
+                f"{type(self).__name__} names no page script (script_file) for kind {self.kind!r}"
+            )
+        script = core_js() + "\n" + script_js(self.script_file) + "\n" + mount_js(self.dom_id)
         return (
             f'<div class="mp-widget mp-{self.kind}" id="{self.dom_id}" data-kind="{self.kind}">'
             f"<style>{CSS}{self.css}</style>\n{self.header_html()}\n{self.controls_html()}\n{self.body_html()}\n"

@@ -30,44 +30,6 @@ from typing import Any
 from meshplan.widgets.base import Control, LiveControls, StaticWidget, parameters
 from meshplan.widgets.predict import Result, compare, read_prediction, reveal, squash
 
-_EXERCISE_JS = r"""
-function(root,data,ui){
-  var MP=window.__meshplan,ans=root.querySelector(".mp-answer"),pred=root.querySelector(".mp-prediction"),
-      check=root.querySelector(".mp-check"),show=root.querySelector(".mp-show");
-  function cur(){return data.table[ui.key()];}
-  function say(text,cls,expl){ans.textContent=text;ans.className="mp-answer"+(cls?" "+cls:"");
-    if(expl){var e=document.createElement("div");e.className="mp-explanation";e.textContent=expl;ans.appendChild(e);}}
-  function state(){var bad=!!cur().error;check.disabled=bad||!MP.squash(pred.value);show.disabled=bad;}
-  function moved(){var r=cur();if(r.error)say("Not a valid combination: "+r.error,"mp-invalid");else say("");state();}
-  function revealed(r){return typeof r.value==="string"||!MP.read(pred.value,data.unit).error;}
-  function doCheck(){var r=cur();if(r.error)return;
-    if(!MP.squash(pred.value)){say("Type a prediction first, or press Show me.");return;}
-    say(MP.compare(pred.value,r,data.unit,data.digits,data.tolerance),"",revealed(r)?r.explanation:"");}
-  check.addEventListener("click",doCheck);
-  show.addEventListener("click",function(){var r=cur();if(!r.error)say(MP.reveal(r),"",r.explanation);});
-  pred.addEventListener("input",state);
-  pred.addEventListener("keydown",function(ev){if(ev.key==="Enter"){ev.preventDefault();doCheck();}});
-  ui.onChange(moved);moved();
-}
-"""
-
-_CHECKLIST_JS = r"""
-function(root,data,ui){
-  var out=root.querySelector(".mp-answer"),button=root.querySelector(".mp-check");
-  function lines(){return data.checks.map(function(c){var l=c.table[ui.key(c.uses)];return {name:c.name,ok:l[0],reason:l[1]};});}
-  function show(){var ls=lines(),fails=ls.filter(function(l){return !l.ok;});out.textContent="";out.className="mp-answer";
-    var head=document.createElement("div");head.className="mp-summary "+(fails.length?"mp-fail":"mp-pass");
-    head.textContent=(ls.length-fails.length)+" of "+ls.length+" checks pass"+(fails.length?"; failing: "+
-      fails.map(function(l){return l.name;}).join(", "):"")+".";out.appendChild(head);
-    var ul=document.createElement("ul");ul.className="mp-lines";
-    ls.forEach(function(l){var li=document.createElement("li");li.className=l.ok?"mp-pass":"mp-fail";
-      li.setAttribute("data-check",l.name);li.textContent=(l.ok?"\u2713 ":"\u2717 ")+l.name+": "+l.reason;ul.appendChild(li);});
-    out.appendChild(ul);}
-  button.addEventListener("click",show);
-  ui.onChange(function(){out.textContent="";});
-}
-"""  # noqa: E501  (JavaScript that the page runs, kept byte for byte)
-
 
 class Exercise(StaticWidget):
     """A predict-then-check exercise.
@@ -89,7 +51,7 @@ class Exercise(StaticWidget):
     kind = "exercise"
     what = "exercise"
     id_prefix = "mp-ex-"
-    script = _EXERCISE_JS
+    script_file = "exercise.js"  # the page renderer (meshplan/widgets/static/)
 
     def __init__(
         self,
@@ -259,7 +221,7 @@ class Checklist(StaticWidget):
     kind = "checklist"
     what = "checklist"
     id_prefix = "mp-ck-"
-    script = _CHECKLIST_JS
+    script_file = "checklist.js"
 
     def __init__(
         self,

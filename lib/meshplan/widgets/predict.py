@@ -1,9 +1,9 @@
 """Reading a learner's prediction and grading it against the library's answer.
 
 One definition, two languages: ``read_prediction``, ``compare`` and ``reveal`` here are what the live widget
-prints; the page's JavaScript (``runtime.CORE_JS``: ``read``, ``compare``, ``reveal``) is a line-by-line
-transcription, and ``tests/test_widget_js.py`` runs both over the same table of cases in Chromium and asserts
-the same text. The tables both use (units, digit scripts) are written here once and emitted into the page.
+prints; the page's JavaScript (``widgets/static/runtime.js``: ``read``, ``compare``, ``reveal``) is a line-by-line
+transcription, and ``tests/test_widget_js.py`` runs both over the same table of cases in Chromium and in Node and
+asserts the same text. The tables both use (units, digit scripts) are written here once and emitted into the page.
 
 How a prediction is read (deterministic; the feedback always starts with what was read, "Read as 1.5 GB."):
 
