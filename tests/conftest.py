@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
+import ast
 import os
-import re
 import sys
 
 import pytest
@@ -68,6 +68,29 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
+def _marker_expression(expr: str) -> ast.expr | None:
+    """``expr`` (a ``-m`` expression) as a Python expression of marker names joined by ``and``, ``or`` and ``not``
+    (pytest's grammar of ``-m``, with the same precedence); None for anything else (keyword arguments, names pytest
+    reads as one where Python reads several, such as ``site-browser``, or a syntax error): pytest then decides."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    allowed = (ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.Name, ast.Load)
+    return tree if all(isinstance(node, allowed) for node in ast.walk(tree)) else None
+
+
+def _selects(tree: ast.expr, carried: set[str]) -> bool:
+    """Whether the marker expression ``tree`` selects a test that carries the markers ``carried``."""
+    if isinstance(tree, ast.Name):
+        return tree.id in carried
+    if isinstance(tree, ast.UnaryOp):
+        return not _selects(tree.operand, carried)
+    assert isinstance(tree, ast.BoolOp)
+    values = (_selects(value, carried) for value in tree.values)
+    return all(values) if isinstance(tree.op, ast.And) else any(values)
+
+
 def pytest_ignore_collect(collection_path, config):
     """Do not even import the test modules a marker expression leaves out (``make check``: ``-m "not browser and not
     slow"``; ``make test``'s browser part: ``-m browser``): the slow ones import torch and transformers, which costs
@@ -77,24 +100,12 @@ def pytest_ignore_collect(collection_path, config):
     name = collection_path.name
     if not expr or not (name.startswith("test_") and name.endswith(".py")):
         return None
-    if not set(re.findall(r"[A-Za-z_]\w*", expr)) - {"and", "or", "not"} <= set(MODULE_MARKERS):
-        return None  # a marker set on single tests: pytest decides test by test
-    try:
-        from _pytest.mark.expression import Expression  # pytest's own parser of -m expressions (private)
-
-        compiled = Expression.compile(expr)
-    except (ImportError, AttributeError, SyntaxError):  # another pytest, or an expression pytest itself will reject
-        return None
+    tree = _marker_expression(expr)
+    if tree is None or not {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} <= set(MODULE_MARKERS):
+        return None  # a marker set on single tests, or an expression read otherwise: pytest decides test by test
     markers = module_markers(name)
-
-    def matches(carried: set[str]) -> bool:
-        def has(marker: str, /, **_: str | int | bool | None) -> bool:
-            return marker in carried
-
-        return compiled.evaluate(has)
-
     # ``slow`` is also set on single tests (``@pytest.mark.slow``): ignore the module only if no test of it can match
-    return True if not (matches(markers) or matches(markers | {"slow"})) else None
+    return True if not (_selects(tree, markers) or _selects(tree, markers | {"slow"})) else None
 
 
 @pytest.fixture(autouse=True, scope="module")
