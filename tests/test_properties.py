@@ -144,7 +144,7 @@ def stage_params(plan: Plan) -> list[tuple[float, float]]:
     for k, n in enumerate(plan.stage_layers):
         layers = range(start, start + n)
         start += n
-        dense = sum(spec.layer_params[i] - lexp[i] for i in layers)
+        dense: float = sum(spec.layer_params[i] - lexp[i] for i in layers)
         exp = sum(lexp[i] for i in layers)
         if plan.stage_balance == "even":
             dense += (spec.params.total - sum(spec.layer_params)) / p

@@ -200,7 +200,7 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
 def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     """Megatron-LM flags and the ``torchrun`` line for ``plan`` (ValueError when Megatron cannot express it)."""
     axes = parse_order(plan.order)
-    mapping = []
+    mapping: list[tuple[str, object]] = []
     if axes == ("tp", "cp", "pp", "dp"):
         mapping = [("--use-tp-pp-dp-mapping", None)]
     elif axes != ("tp", "cp", "dp", "pp"):
@@ -213,7 +213,10 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     run = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}"]
     if nodes > 1:
         run += ["--rdzv_id=$JOB_ID", "--rdzv_backend=c10d", f"--rdzv_endpoint={master}"]
-    flags = [("--tensor-model-parallel-size", plan.tp), ("--pipeline-model-parallel-size", plan.pp)]
+    flags: list[tuple[str, object]] = [
+        ("--tensor-model-parallel-size", plan.tp),
+        ("--pipeline-model-parallel-size", plan.pp),
+    ]
     if plan.layers_per_stage is not None and len(set(plan.layers_per_stage)) > 1:
         lps = plan.layers_per_stage
         if len(set(lps[1:-1])) > 1:
@@ -278,7 +281,7 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
             f"only (torchtitan/models/): {plan.model.name} ({plan.model.family}) needs its own model "
             "definition"
         )
-    par = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard}
+    par: dict[str, object] = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard}
     if reshard is not None and shard > 1:
         par["fsdp_reshard_after_forward"] = reshard
     par.update(

@@ -11,12 +11,15 @@ plans of one model on one machine, where errors common to both cancel. A plan th
 ZeRO-2/3 with pipeline parallelism) fails ``Plan`` validation and is rejected under ``"plan"``.
 
 A plan is kept if it passes every constraint and fits; constraints are checked in this order and the first
-failure names the rejection: TP inside one node (tp ≤ GPUs per node), at least ``min_seq_per_cp_rank``
-tokens per CP rank (the step time does not model short chunks' kernel efficiency; 0 switches the floor off), the
-global batch divisible by DP × micro-batch size, the plan's own validation (``Plan``: heads, layers, sequence, experts,
-interleaving, the ledger's refusals), then memory. Search sizes are divisors of the GPU count: TP up to 2 × GPUs
-per node (so that crossing a node is reported), CP up to ``max_cp``, PP up to the layers; when PP does not divide
-the layers, the stages are spread ends-lighter (``plan.spread_layers``) unless ``uneven_stages=False``.
+failure names the rejection: two policies of the search, TP inside one node (tp ≤ GPUs per node) and at least
+``min_seq_per_cp_rank`` tokens per CP rank (the step time does not model short chunks' kernel efficiency; 0 switches
+the floor off); then the plan's own rules, asked of the plan's parts as ``Plan.create`` builds them, each
+rejection carrying the ``PlanError``'s message: the workload (``Workload.for_global_batch``: the global batch
+divisible by DP × micro-batch size, rejected as ``"global batch"``), then ``Plan`` (heads, layers, sequence,
+experts, interleaving, the ledger's refusals: ``"plan"``); then memory. The mesh shape (``ParallelDims``) and its
+workloads are built once per shape, the ``Plan`` once per candidate. Search sizes are divisors of the GPU count: TP
+up to 2 × GPUs per node (so that crossing a node is reported), CP up to ``max_cp``, PP up to the layers; when PP does
+not divide the layers, the stages are spread ends-lighter (``plan.spread_layers``) unless ``uneven_stages=False``.
 
     >>> r = search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8)
     >>> best = r.ranked[0]
@@ -37,11 +40,13 @@ from itertools import pairwise
 from typing import Any
 
 from meshplan.core.units import fmt_gb, fmt_pct
+from meshplan.core.validation import MeshplanError, PlanError, check_count, check_non_negative_int
 from meshplan.parallel.activations import RECOMPUTE_MODES
-from meshplan.plan import MAX_SEQ, Plan, Report, Workload, evaluate
+from meshplan.plan import Plan, Report, Workload, evaluate
+from meshplan.plan.construct import MAX_GLOBAL_BATCH
 from meshplan.plan.reporting import plan_label
 from meshplan.spec.accounting import Accounting, get_accounting
-from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims, check_count, parse_order
+from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims
 from meshplan.spec.hardware import Hardware, load_hardware
 from meshplan.spec.mesh import check_nodes
 from meshplan.spec.model import ModelSpec, load_model
@@ -68,6 +73,8 @@ VIRTUAL_STAGES = (1, 2, 4)
 # in its Llama 3 70B example; Llama 3 runs CP 16 at 131,072 (8,192 tokens per rank). Floor: 4,096 tokens per rank.
 MIN_SEQ_PER_CP_RANK = 4096
 SHAPE = ("tp", "cp", "pp", "dp", "ep")
+# the rejection a PlanError's factor names; any other factor is the plan's own validation, "plan"
+_CONSTRAINT = {"global_batch": "global batch"}
 __all__ = [
     "Candidate",
     "Rejection",
@@ -97,9 +104,9 @@ def tied_ranks(times: list[float], band: float) -> list[int]:
         [1, 1, 3, 3, 5]
     """
     if any(b < a for a, b in pairwise(times)):
-        raise ValueError("tied_ranks needs the times sorted, fastest first")
+        raise MeshplanError("tied_ranks needs the times sorted, fastest first", "times")
     if not band >= 0:
-        raise ValueError(f"band={band!r} must be a non-negative fraction")
+        raise MeshplanError(f"band={band!r} must be a non-negative fraction", "band")
     ranks, leader = [], None
     for i, t in enumerate(times):
         if leader is None or t > times[leader] * (1 + band):
@@ -206,11 +213,25 @@ def _divisors(n: int, limit: int) -> list[int]:
 def _check_choices(name: str, values, allowed) -> tuple:
     values = tuple(values)
     if not values:
-        raise ValueError(f"{name} is empty: give at least one value")
+        raise MeshplanError(f"{name} is empty: give at least one value", name)
     for v in values:
         if v not in allowed or isinstance(v, bool):
-            raise ValueError(f"{name}: {v!r} is not one of {', '.join(map(str, allowed))}")
+            raise MeshplanError(f"{name}: {v!r} is not one of {', '.join(map(str, allowed))}", name)
     return values
+
+
+def _reason(exc: PlanError) -> tuple[str, str]:
+    """The rejection of a plan that cannot be built: the constraint its factor names, and its message."""
+    return _CONSTRAINT.get(exc.factor or "", "plan"), str(exc)
+
+
+def _workload(global_batch: int, dp: int, seq: int, b: int) -> Workload | PlanError:
+    """The workload of micro-batch size ``b`` on ``dp`` replicas (``Workload.for_global_batch``, as
+    ``Plan.create`` builds it), or the PlanError that says why there is none."""
+    try:
+        return Workload.for_global_batch(global_batch, dp, seq, b)
+    except PlanError as exc:
+        return exc
 
 
 def search(
@@ -239,27 +260,26 @@ def search(
     stored ``tie_band()``) sets which step times count as ties.
 
     Duplicates are not enumerated: ZeRO stages > 0 only when dp × cp > 1, virtual stages > 1 only with
-    pp > 1, EP > 1 only for MoE models. Every argument is validated as ``Plan.create`` validates it (ValueError
-    naming it): the same order, memory, stage and recompute rules, so ``search`` never silently finds nothing
-    for a bad input.
+    pp > 1, EP > 1 only for MoE models. Every argument is validated as ``Plan.create`` validates it (a
+    ``MeshplanError``, a ValueError, naming it): the GPU count and order by ``ParallelDims``, the sequence by
+    ``Workload``, the same memory, node, stage and recompute rules, so ``search`` never silently finds nothing for a
+    bad input.
     """
     spec = load_model(model)
-    check_count("gpus", gpus, MAX_GPUS)
-    check_count("seq", seq, MAX_SEQ)
-    check_count("global_batch", global_batch)
+    ParallelDims.from_gpus(gpus, order=order)  # the GPU count, then the order, as Plan.create checks them
+    Workload(seq)
+    check_count("global_batch", global_batch, MAX_GLOBAL_BATCH)
     check_count("max_cp", max_cp, MAX_GPUS)
-    if isinstance(min_seq_per_cp_rank, bool) or not isinstance(min_seq_per_cp_rank, int) or min_seq_per_cp_rank < 0:
-        raise ValueError(f"min_seq_per_cp_rank={min_seq_per_cp_rank!r} must be a non-negative integer")
-    parse_order(order)
+    check_non_negative_int("min_seq_per_cp_rank", min_seq_per_cp_rank)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node)
     acc = get_accounting(accounting)
     ex = execution_for(acc.name) if execution is None else execution
     if not isinstance(ex, Execution):
-        raise ValueError(f"execution={execution!r} must be a steptime.Execution")
+        raise MeshplanError(f"execution={execution!r} must be a steptime.Execution", "execution")
     band = tie_band() if band is None else band
     if isinstance(band, bool) or not isinstance(band, (int, float)) or not 0 <= band < 1:
-        raise ValueError(f"band={band!r} must be a fraction from 0 to 1")
+        raise MeshplanError(f"band={band!r} must be a fraction from 0 to 1", "band")
     gpn, mem = hw.gpus_per_node, hw.gpu_memory_bytes
     check_nodes(gpus, gpn)
     zero_stages = _check_choices("zero_stages", zero_stages, ZERO_STAGES)
@@ -267,7 +287,7 @@ def search(
     micro_batch_sizes = tuple(check_count("micro_batch_sizes entry", b) for b in micro_batch_sizes)
     virtual_stages = tuple(check_count("virtual_stages entry", v) for v in virtual_stages)
     if not micro_batch_sizes or not virtual_stages:
-        raise ValueError("micro_batch_sizes and virtual_stages need at least one value each")
+        raise MeshplanError("micro_batch_sizes and virtual_stages need at least one value each", "micro_batch_sizes")
     L = spec.num_layers
     ranked: list[Candidate] = []
     rejected: list[Rejection] = []
@@ -282,7 +302,19 @@ def search(
                     if spec.is_moe
                     else [1]
                 )
+                # the search's own policies, which are not rules of a plan
+                policy: tuple[str, str] | None = None
+                if tp > gpn:
+                    policy = ("tp inside a node", f"tp={tp} > {gpn} GPUs per node: a TP group would cross nodes")
+                elif cp > 1 and seq // cp < min_seq_per_cp_rank:
+                    policy = (
+                        "cp chunk",
+                        f"cp={cp} leaves {seq // cp:,} tokens per CP rank, fewer than {min_seq_per_cp_rank:,}",
+                    )
+                # the parts the candidates of this shape share, each built (and validated) once
+                works = {b: _workload(global_batch, dp, seq, b) for b in micro_batch_sizes}
                 for ep in eps:
+                    dims = ParallelDims(tp, cp, pp, dp, ep, order=order)
                     for zero in zero_stages if dp * cp > 1 else (0,):
                         for b in micro_batch_sizes:
                             for v in virtual_stages if pp > 1 else (1,):
@@ -299,49 +331,28 @@ def search(
                                         "micro_batch_size": b,
                                         "virtual_stages": v,
                                     }
-                                    if tp > gpn:
-                                        rejected.append(
-                                            Rejection(
-                                                settings,
-                                                "tp inside a node",
-                                                f"tp={tp} > {gpn} GPUs per node: a TP group would cross nodes",
-                                            )
-                                        )
-                                        continue
-                                    if cp > 1 and seq // cp < min_seq_per_cp_rank:
-                                        rejected.append(
-                                            Rejection(
-                                                settings,
-                                                "cp chunk",
-                                                f"cp={cp} leaves {seq // cp:,} tokens per CP rank, fewer than "
-                                                f"{min_seq_per_cp_rank:,}",
-                                            )
-                                        )
-                                        continue
-                                    if global_batch % (dp * b):
-                                        rejected.append(
-                                            Rejection(
-                                                settings,
-                                                "global batch",
-                                                f"global batch {global_batch} is not divisible by dp × micro-batch "
-                                                f"size = {dp} × {b} = {dp * b}",
-                                            )
-                                        )
-                                        continue
-                                    try:
-                                        plan = Plan(
-                                            model=spec,
-                                            dims=ParallelDims(tp, cp, pp, dp, ep, order=order),
-                                            workload=Workload(seq, b, global_batch // (dp * b)),
-                                            hardware=hw,
-                                            accounting=acc,
-                                            zero=zero,
-                                            recompute=rc,
-                                            virtual_stages=v,
-                                            layers_per_stage=lps,
-                                        )
-                                    except ValueError as exc:
-                                        rejected.append(Rejection(settings, "plan", str(exc)))
+                                    reason = policy
+                                    if reason is None:
+                                        workload = works[b]
+                                        if isinstance(workload, PlanError):
+                                            reason = _reason(workload)
+                                        else:
+                                            try:
+                                                plan = Plan(
+                                                    model=spec,
+                                                    dims=dims,
+                                                    workload=workload,
+                                                    hardware=hw,
+                                                    accounting=acc,
+                                                    zero=zero,
+                                                    recompute=rc,
+                                                    virtual_stages=v,
+                                                    layers_per_stage=lps,
+                                                )
+                                            except PlanError as exc:
+                                                reason = _reason(exc)
+                                    if reason is not None:
+                                        rejected.append(Rejection(settings, *reason))
                                         continue
                                     report = evaluate(plan)
                                     if not report.fits:

@@ -31,7 +31,7 @@ Table 2 lists 2sbh without SP). Units: bytes.
 
 from __future__ import annotations
 
-from meshplan.spec.dims import check_count
+from meshplan.core.validation import check_choice, check_count
 from meshplan.spec.stages import interleave_factor
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -44,8 +44,7 @@ def activation_bytes_per_layer(
 
     ``sp`` (sequence parallel) defaults to ``t > 1``.
     """
-    if recompute not in RECOMPUTE_MODES:
-        raise ValueError(f"recompute={recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
+    check_choice("recompute", recompute, RECOMPUTE_MODES)
     for name, x in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
         check_count(name, x)
     if sp is None:

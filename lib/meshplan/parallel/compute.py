@@ -45,6 +45,8 @@ too (Korthikanti et al. 2022 §6). An *effective* rate, like the lab page's 400 
 
 from __future__ import annotations
 
+from meshplan.core.validation import check_choice, check_count
+from meshplan.parallel.activations import RECOMPUTE_MODES
 from meshplan.spec.models.spec import LayerSpec, ModelSpec
 
 FORWARD_FLOP_PER_PARAM_TOKEN = 2
@@ -73,8 +75,7 @@ def backward_time_s(params: float, tokens: float, flop_per_s: float) -> float:
 def step_flop(params: float, tokens: float, recompute: str = "none") -> float:
     """Matmul FLOP of one training step: 6 × params × tokens, 8 × with full recompute (one extra forward; the
     attention term is ``training_flop_per_sequence``'s)."""
-    if recompute not in ("none", "selective", "full"):
-        raise ValueError(f"recompute={recompute!r} must be one of none, selective, full")
+    check_choice("recompute", recompute, RECOMPUTE_MODES)
     extra = forward_flop(params, tokens) if recompute == "full" else 0.0
     return forward_flop(params, tokens) + backward_flop(params, tokens) + extra
 
@@ -98,8 +99,7 @@ def attention_pairs(seq: int, window: int | None = None, causal: bool = True) ->
     >>> attention_pairs(8, causal=False), attention_pairs(8), attention_pairs(8, 4), attention_pairs(8, 4, False)
     (64, 32.0, 24.0, 32)
     """
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        raise ValueError(f"seq={seq!r} must be a positive integer")
+    check_count("seq", seq)
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         raise ValueError(f"window={window!r} must be a positive integer or None")
     w = seq if window is None else min(window, seq)
@@ -152,9 +152,8 @@ def recompute_flop_per_sequence(model: ModelSpec, seq: int, recompute: str, caus
         return sum(
             attention_forward_flop(layer, seq, causal) for layer in _layers(model) if layer.mixer != "linear_attention"
         )
-    if recompute == "none":
-        return 0.0
-    raise ValueError(f"recompute={recompute!r} must be one of none, selective, full")
+    check_choice("recompute", recompute, RECOMPUTE_MODES)  # "none" is what is left
+    return 0.0
 
 
 def training_flop_per_sequence(model: ModelSpec, seq: int, recompute: str = "none", causal: bool = True) -> float:
@@ -196,8 +195,7 @@ def utilisation(flop: float, seconds: float, peak_flop_per_s: float, gpus: int =
     """
     if not peak_flop_per_s > 0 or not seconds > 0:
         raise ValueError(f"peak_flop_per_s={peak_flop_per_s!r} and seconds={seconds!r} must be positive")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ValueError(f"gpus={gpus!r} must be a positive integer")
+    check_count("gpus", gpus)
     return flop / (seconds * gpus * peak_flop_per_s)
 
 

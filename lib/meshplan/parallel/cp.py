@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 
 from meshplan.core.collectives import all_gather_bytes
+from meshplan.core.validation import check_count
 from meshplan.spec.model import load_model
 
 ACT_BYTES = 2
@@ -71,8 +72,7 @@ def causal_load(tokens: int, ranks: int, zigzag: bool = False) -> tuple[int, ...
     Contiguous: rank r gets tokens r·n/c+1 … (r+1)·n/c. Zig-zag: 2c chunks, rank r gets chunks r and 2c−1−r.
     """
     for name, x in (("tokens", tokens), ("ranks", ranks)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name}={x!r} must be a positive integer")
+        check_count(name, x)
     chunks = 2 * ranks if zigzag else ranks
     if tokens % chunks:
         kind = "2 × ranks" if zigzag else "ranks"
@@ -88,18 +88,13 @@ def causal_load(tokens: int, ranks: int, zigzag: bool = False) -> tuple[int, ...
     return tuple(work(r) for r in range(ranks))
 
 
-def _pos(name: str, x) -> None:
-    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise ValueError(f"{name}={x!r} must be a positive integer")
-
-
 def zigzag_chunks(ranks: int) -> tuple[tuple[int, int], ...]:
     """The two chunks (0-based, of 2c) each rank holds under the zig-zag split: (r, 2c−1−r) (Llama 3 §3.3.2).
 
     >>> zigzag_chunks(4)
     ((0, 7), (1, 6), (2, 5), (3, 4))
     """
-    _pos("ranks", ranks)
+    check_count("ranks", ranks)
     return tuple((r, 2 * ranks - 1 - r) for r in range(ranks))
 
 
@@ -151,7 +146,7 @@ def ring_kv_bytes_per_layer(s: int, b: int, kv_width: float, cp: int, act_bytes:
         >>> round(ring_kv_bytes_per_layer(131072, 1, 2 * 4 * 256, 8) / 1e9, 2)
         0.47
     """
-    _pos("cp", cp)
+    check_count("cp", cp)
     if s % cp:
         raise ValueError(f"cp={cp} does not divide seq={s}")
     return all_gather_bytes(cp, kv_bytes_per_layer(s, b, kv_width, act_bytes))
@@ -163,8 +158,8 @@ def ulysses_max_degree(num_heads: int, num_kv_heads: int) -> int:
     >>> ulysses_max_degree(24, 4)
     4
     """
-    _pos("num_heads", num_heads)
-    _pos("num_kv_heads", num_kv_heads)
+    check_count("num_heads", num_heads)
+    check_count("num_kv_heads", num_kv_heads)
     return math.gcd(num_heads, num_kv_heads)
 
 
@@ -175,7 +170,7 @@ def ulysses_heads_per_rank(num_heads: int, num_kv_heads: int, cp: int) -> tuple[
         >>> ulysses_heads_per_rank(24, 4, 4)
         (6, 1)
     """
-    _pos("cp", cp)
+    check_count("cp", cp)
     if num_kv_heads % cp:
         raise ValueError(f"cp={cp} does not divide {num_kv_heads} KV heads (Ulysses splits heads over the CP ranks)")
     if num_heads % cp:
@@ -193,7 +188,7 @@ def linear_state_bytes(heads: int, key_dim: int, value_dim: int, b: int = 1, sta
         1.572864
     """
     for name, x in (("heads", heads), ("key_dim", key_dim), ("value_dim", value_dim), ("b", b)):
-        _pos(name, x)
+        check_count(name, x)
     return heads * key_dim * value_dim * b * state_bytes
 
 

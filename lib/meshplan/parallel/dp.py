@@ -17,15 +17,11 @@ Megatron-LM and FSDP2 reduce fp32 gradients, and ZeRO-2/3 and FSDP reduce (and g
 from __future__ import annotations
 
 from meshplan.core.collectives import naive_gather_bytes
+from meshplan.core.validation import check_count, check_zero
 from meshplan.parallel.zero import model_states_bytes, sync_terms, zero_sync_bytes
 from meshplan.spec.accounting import DEFAULT_BPP, LAB_SYNC, Accounting, BytesPerParam, SyncCollective, get_accounting
 
 GRAD_BYTES_PER_PARAM = 2  # bf16 gradients on the wire
-
-
-def _check_pos(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
 def dp_bytes_per_step(
@@ -80,15 +76,14 @@ def global_batch(dp: int, micro_batch_size: int, micro_batches: int) -> int:
     (64, 16777216)
     """
     for name, value in (("dp", dp), ("micro_batch_size", micro_batch_size), ("micro_batches", micro_batches)):
-        _check_pos(name, value)
+        check_count(name, value)
     return dp * micro_batch_size * micro_batches
 
 
 def _schedule(accounting: str | Accounting, zero_stage: int, micro_batches: int, pp: int) -> tuple[SyncCollective, ...]:
-    _check_pos("micro_batches", micro_batches)
-    _check_pos("pp", pp)
-    if zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"zero={zero_stage!r} must be 0, 1, 2 or 3")
+    check_count("micro_batches", micro_batches)
+    check_count("pp", pp)
+    check_zero(zero_stage)
     return get_accounting(accounting).sync_schedule(zero_stage, pp)
 
 
@@ -131,7 +126,7 @@ def per_micro_batch_bytes(
         >>> {k: round(v / 1e9, 1) for k, v in per_micro_batch_bytes(27_781_427_952, 8, "deepspeed", 2, 8).items()}
         {'every micro-batch': 777.9, 'once per step': 48.6}
     """
-    _check_pos("dp", dp)
+    check_count("dp", dp)
     out = {"every micro-batch": 0.0, "once per step": 0.0}
     for c in _schedule(accounting, zero_stage, micro_batches, pp):
         out["every micro-batch" if c.per_micro_batch else "once per step"] += c.bytes(dp, params, micro_batches)

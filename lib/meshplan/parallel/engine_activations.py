@@ -128,6 +128,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
+from meshplan.core.validation import check_count
 from meshplan.spec.model import LayerSpec, ModelSpec
 from meshplan.spec.models.spec import NORM_NAMES
 
@@ -310,8 +311,7 @@ def _check_mode(attention: str, recompute: str, device: str, act_bytes: int) -> 
 
 def _positive(**values: int) -> None:
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}={value!r} must be a positive integer")
+        check_count(name, value)
 
 
 # ---------------------------------------------------------------- building blocks (bytes for one micro-batch)

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from meshplan.core.collectives import all_to_all_bytes
+from meshplan.core.validation import PlanError, check_count, check_non_negative, check_non_negative_int, check_positive
 
 ACT_BYTES = 2
 EP_ALL_TO_ALLS_PER_LAYER = 4  # dispatch + combine, forward and backward
@@ -64,11 +65,10 @@ DEEPSEEK_V3_DROPS_TOKENS = False
 
 
 def experts_per_gpu(num_experts: int, ep: int) -> int:
-    """Routed experts each GPU holds per MoE layer: E / e (e must divide E)."""
-    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
-        raise ValueError(f"ep={ep!r} must be a positive integer")
+    """Routed experts each GPU holds per MoE layer: E / e (e must divide E, else PlanError naming ep)."""
+    check_count("ep", ep)
     if num_experts % ep:
-        raise ValueError(f"ep={ep} does not divide {num_experts} experts")
+        raise PlanError(f"ep={ep} does not divide {num_experts} experts", "ep")
     return num_experts // ep
 
 
@@ -100,11 +100,6 @@ def ep_bytes_per_step(
     """
     per_a2a = all_to_all_bytes(ep, tokens * experts_per_token * h * act_bytes)
     return EP_ALL_TO_ALLS_PER_LAYER * per_a2a * moe_layers * micro_batches
-
-
-def _pos(name: str, x) -> None:
-    if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-        raise ValueError(f"{name}={x!r} must be a positive integer")
 
 
 @dataclass(frozen=True)
@@ -141,17 +136,17 @@ def remote_copies_per_token(experts_per_token: int, nodes: int, max_nodes: int |
     >>> remote_copies_per_token(8, 8), remote_copies_per_token(8, 8, max_nodes=4), remote_copies_per_token(8, 1)
     (7, 4, 0)
     """
-    _pos("experts_per_token", experts_per_token)
-    _pos("nodes", nodes)
+    check_count("experts_per_token", experts_per_token)
+    check_count("nodes", nodes)
     if max_nodes is None:
         return min(experts_per_token, nodes - 1)
-    _pos("max_nodes", max_nodes)
+    check_count("max_nodes", max_nodes)
     return min(max_nodes, nodes - 1, experts_per_token)
 
 
 def _contiguous_nodes(ep: int, gpus_per_node: int) -> int:
     """Nodes an EP group of ``ep`` consecutive GPUs spans."""
-    _pos("gpus_per_node", gpus_per_node)
+    check_count("gpus_per_node", gpus_per_node)
     if ep > gpus_per_node and ep % gpus_per_node:
         raise ValueError(f"gpus_per_node={gpus_per_node} does not divide ep={ep}")
     return max(1, ep // gpus_per_node)
@@ -179,7 +174,7 @@ def node_limited_routing(
         ("gpus_per_node", gpus_per_node),
         ("max_nodes", max_nodes),
     ):
-        _pos(name, x)
+        check_count(name, x)
     per_gpu = experts_per_gpu(num_experts, ep)
     if infiniband_bytes_per_s <= 0 or nvlink_bytes_per_s <= 0:
         raise ValueError("link bandwidths must be positive")
@@ -209,7 +204,7 @@ def moe_world_size(tp: int, pp: int, ep: int, cp: int = 1, expert_tp: int | None
     """
     etp = tp if expert_tp is None else expert_tp
     for name, x in (("tp", tp), ("pp", pp), ("ep", ep), ("cp", cp), ("expert_tp", etp)):
-        _pos(name, x)
+        check_count(name, x)
     return pp * math.lcm(tp * cp, etp * ep)
 
 
@@ -220,7 +215,7 @@ def plain_product(*sizes: int) -> int:
     2048
     """
     for x in sizes:
-        _pos("size", x)
+        check_count("size", x)
     return math.prod(sizes)
 
 
@@ -259,14 +254,12 @@ def skewed_routing(
     import numpy as np
 
     for name, x in (("tokens", tokens), ("experts_per_token", experts_per_token)):
-        _pos(name, x)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be a non-negative integer")
+        check_count(name, x)
+    check_non_negative_int("seed", seed)
     per = experts_per_gpu(num_experts, ep)
     if experts_per_token > num_experts:
         raise ValueError(f"experts_per_token={experts_per_token} exceeds {num_experts} experts")
-    if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not math.isfinite(skew) or skew < 0:
-        raise ValueError(f"skew={skew!r} must be a non-negative number")
+    check_non_negative("skew", skew)
     counts = np.array(_expert_counts(tokens, num_experts, experts_per_token, float(skew), seed))
     gpu = counts.reshape(ep, per).sum(axis=1)
     mean = tokens * experts_per_token / ep
@@ -300,16 +293,10 @@ def expert_capacity(tokens: int, num_experts: int, experts_per_token: int, capac
     (128, 160)
     """
     for name, x in (("tokens", tokens), ("num_experts", num_experts), ("experts_per_token", experts_per_token)):
-        _pos(name, x)
+        check_count(name, x)
     if experts_per_token > num_experts:
         raise ValueError(f"experts_per_token={experts_per_token} exceeds {num_experts} experts")
-    if (
-        isinstance(capacity_factor, bool)
-        or not isinstance(capacity_factor, (int, float))
-        or not math.isfinite(capacity_factor)
-        or capacity_factor <= 0
-    ):
-        raise ValueError(f"capacity_factor={capacity_factor!r} must be a positive number")
+    check_positive("capacity_factor", capacity_factor)
     return math.ceil(tokens * experts_per_token / num_experts * capacity_factor)
 
 
@@ -394,14 +381,13 @@ def bias_balancing(
     import numpy as np
 
     for name, x in (("tokens", tokens), ("experts_per_token", experts_per_token), ("steps", steps)):
-        _pos(name, x)
+        check_count(name, x)
     per = experts_per_gpu(num_experts, ep)
     if experts_per_token > num_experts:
         raise ValueError(f"experts_per_token={experts_per_token} exceeds {num_experts} experts")
-    _nonneg("skew", skew)
-    _nonneg("update_speed", update_speed)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be a non-negative integer")
+    check_non_negative("skew", skew)
+    check_non_negative("update_speed", update_speed)
+    check_non_negative_int("seed", seed)
     rng = np.random.default_rng(seed)
     logw = -skew * np.log(np.arange(1, num_experts + 1))
     bias = np.zeros(num_experts)
@@ -422,11 +408,6 @@ def bias_balancing(
         hottest.append(float(counts[0] / tokens))
         bias += update_speed * np.sign(mean_expert - counts)
     return BiasBalancing(tuple(stragglers), tuple(hottest), tuple(float(b) for b in bias))
-
-
-def _nonneg(name: str, x: float) -> None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
-        raise ValueError(f"{name}={x!r} must be a non-negative number")
 
 
 # ---------------------------------------------------------------------------------------------- the all-to-all
@@ -459,14 +440,14 @@ def all_to_all_bytes_per_token(
     >>> round(all_to_all_bytes_per_token(7168, 8, 64, dispatch_bytes=FP8_DISPATCH_BYTES, max_nodes=4) / 7168, 4)
     24.25
     """
-    _pos("hidden_size", hidden_size)
-    _pos("experts_per_token", experts_per_token)
-    _pos("ep", ep)
+    check_count("hidden_size", hidden_size)
+    check_count("experts_per_token", experts_per_token)
+    check_count("ep", ep)
     for name, x in (("dispatch_bytes", dispatch_bytes), ("combine_bytes", combine_bytes)):
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
             raise ValueError(f"{name}={x!r} must be a positive number of bytes")
     spanned = _contiguous_nodes(ep, gpus_per_node) if nodes is None else nodes
-    _pos("nodes", spanned)
+    check_count("nodes", spanned)
     if max_nodes is None or spanned == 1:  # inside one node NVLink carries every copy: no limit applies
         copies = all_to_all_bytes(ep, experts_per_token) if ep > 1 else 0.0
     else:

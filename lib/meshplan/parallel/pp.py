@@ -21,13 +21,14 @@ ranks holds and sends only its s/t tokens, so a GPU sends 1/t of that.
 
 from __future__ import annotations
 
+from meshplan.core.validation import check_count
+
 ACT_BYTES = 2
 
 
 def _check(p: int, m: int, v: int) -> None:
     for name, x in (("pp", p), ("micro_batches", m), ("virtual_stages", v)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name}={x!r} must be a positive integer")
+        check_count(name, x)
 
 
 def bubble_fraction(p: int, m: int, v: int = 1) -> float:
@@ -86,8 +87,7 @@ def sp_pp_bytes_per_step(
         >>> round(sp_pp_bytes_per_step(4096, 1, 5120, 4, 8, tp=2) / 1e9, 3)
         0.336
     """
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp={tp!r} must be a positive integer")
+    check_count("tp", tp)
     if s % tp:
         raise ValueError(f"tp={tp} does not divide seq={s} (each TP rank sends s/t tokens)")
     return pp_bytes_per_step(s, b, h, pp, micro_batches, virtual_stages, act_bytes) / tp

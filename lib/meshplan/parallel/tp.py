@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.core.collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+from meshplan.core.validation import PlanError, check_count
 
 TP_COLLECTIVES_PER_LAYER = 4
 ACT_BYTES = 2  # bf16 activations
@@ -65,20 +66,20 @@ def kv_replicas(num_kv_heads: int, t: int, replication: bool = True) -> int:
         >>> kv_replicas(4, 8, replication=False)
         Traceback (most recent call last):
         ...
-        ValueError: tp=8 does not divide 4 KV heads
+        meshplan.core.validation.PlanError: tp=8 does not divide 4 KV heads
     """
-    for name, x in (("t", t), ("num_kv_heads", num_kv_heads)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name}={x!r} must be a positive integer")
+    check_count("t", t)
+    check_count("num_kv_heads", num_kv_heads)
     if num_kv_heads % t == 0:
         return 1
     if not replication:
-        raise ValueError(f"tp={t} does not divide {num_kv_heads} KV heads")
+        raise PlanError(f"tp={t} does not divide {num_kv_heads} KV heads", "tp")
     if t % num_kv_heads == 0:
         return t // num_kv_heads
-    raise ValueError(
+    raise PlanError(
         f"tp={t} does not divide {num_kv_heads} KV heads (and {num_kv_heads} KV heads do not "
-        f"divide tp={t} for replication)"
+        f"divide tp={t} for replication)",
+        "tp",
     )
 
 
@@ -96,10 +97,9 @@ def head_split(num_attention_heads: int, num_kv_heads: int, t: int) -> HeadSplit
         HeadSplit(t=8, q_heads_per_gpu=3, kv_heads_per_gpu=1, kv_replicas=2)
     """
     for name, x in (("t", t), ("num_attention_heads", num_attention_heads), ("num_kv_heads", num_kv_heads)):
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise ValueError(f"{name}={x!r} must be a positive integer")
+        check_count(name, x)
     if num_attention_heads % t:
-        raise ValueError(f"tp={t} does not divide {num_attention_heads} attention heads")
+        raise PlanError(f"tp={t} does not divide {num_attention_heads} attention heads", "tp")
     replicas = kv_replicas(num_kv_heads, t)
     return HeadSplit(t, num_attention_heads // t, num_kv_heads * replicas // t, replicas)
 

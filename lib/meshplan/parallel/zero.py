@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 
 from meshplan.core.collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+from meshplan.core.validation import check_count, check_non_negative_int, check_zero
 from meshplan.spec.accounting import (
     DEFAULT_BPP,
     LAB_SYNC,
@@ -44,16 +45,6 @@ STAGE_SHARDS: dict[int, frozenset[str]] = {
 }
 
 
-def _check_stage(zero_stage: int) -> None:
-    if zero_stage not in STAGE_SHARDS:
-        raise ValueError(f"zero={zero_stage!r} must be 0, 1, 2 or 3")
-
-
-def _check_pos(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
-
-
 def model_states_terms(
     params: float, zero_stage: int = 0, dp: int = 1, bpp: BytesPerParam = DEFAULT_BPP
 ) -> dict[str, float]:
@@ -61,8 +52,8 @@ def model_states_terms(
 
     ``params`` is already divided by TP × PP; ``dp`` is the size of the group ZeRO shards over.
     """
-    _check_stage(zero_stage)
-    _check_pos("dp", dp)
+    check_zero(zero_stage)
+    check_count("dp", dp)
     sharded = STAGE_SHARDS[zero_stage]
     return {name: params * b / (dp if name in sharded else 1) for name, b in bpp.terms().items()}
 
@@ -92,7 +83,7 @@ def zero_comm_factor(zero_stage: int) -> int:
     Stage 3: parameter all-gather in forward and again in backward + gradient reduce-scatter = 3 (§7.2.2:
     3Ψ, 1.5× DP).
     """
-    _check_stage(zero_stage)
+    check_zero(zero_stage)
     return 3 if zero_stage == 3 else 2
 
 
@@ -106,7 +97,7 @@ def sync_terms(n: int, params: float, schedule: tuple[SyncCollective, ...], micr
         {'all-gather (weights, forward)': 48.6, 'all-gather (weights, backward)': 48.6,
          'reduce-scatter (gradients)': 48.6}
     """
-    _check_pos("n", n)
+    check_count("n", n)
     out: dict[str, float] = {}
     for c in schedule:
         out[c.label] = out.get(c.label, 0.0) + c.bytes(n, params, micro_batches)
@@ -120,7 +111,7 @@ def zero_sync_terms(n: int, grad_bytes: float, zero_stage: int = 0) -> dict[str,
         >>> {k: round(v / 1e9, 1) for k, v in zero_sync_terms(8, 2 * 27_781_427_952, 1).items()}
         {'reduce-scatter (gradients)': 48.6, 'all-gather (updated weights)': 48.6}
     """
-    _check_stage(zero_stage)
+    check_zero(zero_stage)
     return sync_terms(n, grad_bytes / 2, LAB_SYNC[zero_stage])
 
 
@@ -185,8 +176,7 @@ def fsdp2_collectives_per_step(
         >>> fsdp2_collectives_per_step(units, [False] + [True] * 4, 4, sync_every_micro_batch=False)["reduce_scatters"]
         5
     """
-    if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
-        raise ValueError(f"micro_batches={micro_batches!r} must be a positive integer")
+    check_count("micro_batches", micro_batches)
     if len(resharded) != len(unit_params):
         raise ValueError(f"resharded has {len(resharded)} entries for {len(unit_params)} units")
     m, units, params = micro_batches, len(unit_params), sum(unit_params)
@@ -223,7 +213,7 @@ def fsdp2_resharded(units: int, reshard_after_forward: bool | None) -> list[bool
         >>> fsdp2_resharded(3, None), fsdp2_resharded(3, False)
         ([False, True, True], [False, False, False])
     """
-    _check_pos("units", units)
+    check_count("units", units)
     if reshard_after_forward not in RESHARD_AFTER_FORWARD or not isinstance(reshard_after_forward, (bool, type(None))):
         raise ValueError(f"reshard_after_forward={reshard_after_forward!r} must be True, False or None")
     if reshard_after_forward is None:
@@ -255,7 +245,7 @@ def fsdp2_sync_bytes(
         >>> fsdp2_sync_bytes(units, fsdp2_resharded(3, None), n=2, micro_batches=2)
         {'all-gather (bf16 weights)': 180.0, 'reduce-scatter (fp32 gradients)': 200.0}
     """
-    _check_pos("n", n)
+    check_count("n", n)
     c = fsdp2_collectives_per_step(
         unit_params, resharded, micro_batches, sync_every_micro_batch, param_bytes, grad_bytes
     )
@@ -303,8 +293,7 @@ def fsdp2_unsharded_bytes(
     """
     if len(resharded) != len(unit_params) or not unit_params:
         raise ValueError(f"resharded has {len(resharded)} entries for {len(unit_params)} units (at least the root)")
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"prefetch={prefetch!r} must be a non-negative integer")
+    check_non_negative_int("prefetch", prefetch)
     rest = list(zip(unit_params[1:], resharded[1:]))
     moving = [p for p, r in rest if r]
     return {
@@ -351,7 +340,7 @@ def hsdp_sync_bytes(
         ("micro_batches", micro_batches),
         ("gathers_per_micro_batch", gathers_per_micro_batch),
     ):
-        _check_pos(name, value)
+        check_count(name, value)
     if not params > 0:
         raise ValueError(f"params={params!r} must be positive")
     m = micro_batches

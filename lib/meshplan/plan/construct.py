@@ -9,7 +9,9 @@
   pipeline stage.
 
 ``Plan.create(...)`` is the front door (a model name or path, flat keyword arguments); ``evaluate``
-(``plan.evaluation``) prices it.
+(``plan.evaluation``) prices it. ``Plan(...)`` checks only what combining the parts adds (whole nodes, heads and
+layers over TP and PP, the sequence over CP, experts over EP, interleaving, the ledger's refusals) and its own
+choices; a rule that fails raises ``PlanError`` (``LedgerError`` for an engine's refusal) naming its factor.
 
     >>> p = Plan.create("qwen3.8-27b", gpus=8, dp=8, zero=3, recompute="full")
     >>> p.dims.label(), p.global_batch, p.tokens_per_step
@@ -23,16 +25,18 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
+from meshplan.core.validation import PlanError, check_choice, check_count, check_zero, is_count
 from meshplan.parallel import activations as act
 from meshplan.parallel.tp import kv_replicas
 from meshplan.spec.accounting import LAB, Accounting, BytesPerParam, get_accounting
-from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims, check_count
+from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims
 from meshplan.spec.hardware import Hardware, load_hardware
 from meshplan.spec.mesh import Mesh, check_nodes
 from meshplan.spec.model import ModelSpec, load_model
 from meshplan.spec.stages import Stage, spread_layers, stages
 
 __all__ = [
+    "MAX_GLOBAL_BATCH",
     "MAX_MICRO_BATCHES",
     "MAX_MICRO_BATCH_SIZE",
     "MAX_SEQ",
@@ -46,21 +50,35 @@ MAX_SEQ = 2**26  # 67M tokens per sequence
 MAX_MICRO_BATCH_SIZE = 2**16
 MAX_MICRO_BATCHES = 2**20
 MAX_VIRTUAL_STAGES = 2**10
+MAX_GLOBAL_BATCH = MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS
 
 
 @dataclass(frozen=True)
 class Workload:
     """What one optimizer step processes: ``micro_batches`` micro-batches of ``micro_batch_size`` sequences of
-    ``seq`` tokens on each data-parallel replica (gradient accumulation over m micro-batches)."""
+    ``seq`` tokens on each data-parallel replica (gradient accumulation over m micro-batches). PlanError naming a
+    bad one."""
 
     seq: int = 4096
     micro_batch_size: int = 1
     micro_batches: int = 8
 
     def __post_init__(self) -> None:
-        check_count("seq", self.seq, MAX_SEQ)
-        check_count("micro_batch_size", self.micro_batch_size, MAX_MICRO_BATCH_SIZE)
-        check_count("micro_batches", self.micro_batches, MAX_MICRO_BATCHES)
+        check_count("seq", self.seq, MAX_SEQ, PlanError)
+        check_count("micro_batch_size", self.micro_batch_size, MAX_MICRO_BATCH_SIZE, PlanError)
+        check_count("micro_batches", self.micro_batches, MAX_MICRO_BATCHES, PlanError)
+
+    @classmethod
+    def for_global_batch(cls, global_batch: int, dp: int, seq: int = 4096, micro_batch_size: int = 1) -> Workload:
+        """The workload of a global batch of B sequences over ``dp`` replicas: m = B ÷ (dp × b)
+        (``micro_batches_for``: PlanError naming ``global_batch`` when dp × b does not divide it).
+
+        Each value is checked once, by the constructor: deriving m only tests that seq and b are counts
+        (``is_count``); when one is not, the constructor names it."""
+        m = 1  # a stand-in: the constructor below names the bad sequence length or micro-batch size
+        if is_count(seq, MAX_SEQ) and is_count(micro_batch_size, MAX_MICRO_BATCH_SIZE):
+            m = cls.micro_batches_for(global_batch, dp, micro_batch_size)
+        return cls(seq, micro_batch_size, m)
 
     def global_batch(self, dp: int) -> int:
         """Sequences per step over ``dp`` replicas: dp × b × m."""
@@ -68,26 +86,28 @@ class Workload:
 
     @staticmethod
     def micro_batches_for(global_batch: int, dp: int, micro_batch_size: int) -> int:
-        """m = B ÷ (dp × b) for a global batch of B sequences (ValueError when it does not divide)."""
-        check_count("global_batch", global_batch, MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS)
+        """m = B ÷ (dp × b) for a global batch of B sequences (PlanError naming ``global_batch`` when it does not
+        divide)."""
+        check_count("global_batch", global_batch, MAX_GLOBAL_BATCH, PlanError)
         if global_batch % (dp * micro_batch_size):
-            raise ValueError(
+            raise PlanError(
                 f"global batch {global_batch} is not divisible by dp × micro-batch size = {dp} × "
-                f"{micro_batch_size} = {dp * micro_batch_size}"
+                f"{micro_batch_size} = {dp * micro_batch_size}",
+                "global_batch",
             )
         return global_batch // (dp * micro_batch_size)
 
 
 def _check_tp_heads(model: ModelSpec, t: int, kv_replication: bool) -> None:
     if model.num_attention_heads % t:
-        raise ValueError(f"tp={t} does not divide {model.num_attention_heads} attention heads")
+        raise PlanError(f"tp={t} does not divide {model.num_attention_heads} attention heads", "tp")
     kv_replicas(model.num_key_value_heads, t, replication=kv_replication)  # the one rule for KV heads over TP
     for heads, what in (
         (model.linear_num_key_heads, "linear-attention key heads"),
         (model.linear_num_value_heads, "linear-attention value heads"),
     ):
         if heads and heads % t:
-            raise ValueError(f"tp={t} does not divide {heads} {what}")
+            raise PlanError(f"tp={t} does not divide {heads} {what}", "tp")
 
 
 @dataclass(frozen=True)
@@ -163,22 +183,24 @@ class Plan:
         """A plan from a model name, path or spec and flat settings.
 
         ``dp`` defaults to gpus ÷ (tp × cp × pp). ``micro_batches`` defaults to 8, or to B ÷ (dp × b) when
-        ``global_batch`` (B sequences per step) is given (ValueError when it does not divide, or when both are
-        given and disagree). ``hardware``: a ``Hardware``, a preset name or None (the lab page's machine);
-        ``gpus_per_node`` and ``gpu_memory_bytes`` override it. ``uneven_stages``: when pp does not divide the
-        layers, spread them ends-lighter (``stages.spread_layers``) instead of refusing.
+        ``global_batch`` (B sequences per step) is given (``Workload.for_global_batch``; PlanError when it does not
+        divide, or when both are given and disagree). ``hardware``: a ``Hardware``, a preset name or None (the lab
+        page's machine); ``gpus_per_node`` and ``gpu_memory_bytes`` override it. ``uneven_stages``: when pp does not
+        divide the layers, spread them ends-lighter (``stages.spread_layers``) instead of refusing.
         """
         spec = load_model(model)
         dims = ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, expert_tp=expert_tp, order=order)
-        if global_batch is not None:
-            m = Workload.micro_batches_for(global_batch, dims.dp, check_count("micro_batch_size", micro_batch_size))
+        if global_batch is None:
+            workload = Workload(seq, micro_batch_size, 8 if micro_batches is None else micro_batches)
+        else:
+            workload = Workload.for_global_batch(global_batch, dims.dp, seq, micro_batch_size)
+            m = workload.micro_batches
             if micro_batches is not None and micro_batches != m:
-                raise ValueError(
+                raise PlanError(
                     f"micro_batches={micro_batches} disagrees with global batch {global_batch} = "
-                    f"dp × b × m = {dims.dp} × {micro_batch_size} × m, which needs m = {m}"
+                    f"dp × b × m = {dims.dp} × {micro_batch_size} × m, which needs m = {m}",
+                    "micro_batches",
                 )
-            micro_batches = m
-        workload = Workload(seq, micro_batch_size, 8 if micro_batches is None else micro_batches)
         hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
         hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node)
         acc = get_accounting(accounting)
@@ -241,7 +263,7 @@ class Plan:
             kw["accounting"] = self.accounting.with_bytes_per_param(changes.pop("bytes_per_param"))
         unknown = set(changes) - set(kw) - {"global_batch", "uneven_stages"}
         if unknown:
-            raise ValueError(f"unknown plan setting(s): {', '.join(sorted(unknown))}")
+            raise PlanError(f"unknown plan setting(s): {', '.join(sorted(unknown))}", sorted(unknown)[0])
         if "global_batch" in changes and "micro_batches" not in changes:
             kw["micro_batches"] = None
         kw.update(changes)
@@ -250,9 +272,11 @@ class Plan:
         return Plan.create(**kw)
 
     def __post_init__(self) -> None:
+        """What the plan adds to its parts, each validated when it was built: its own choices, then how the parts
+        combine. The first rule that fails raises PlanError naming its factor."""
         m, d = self.model, self.dims
         if not isinstance(m, ModelSpec):
-            raise ValueError(f"model={m!r} must be a ModelSpec (use Plan.create with a name or path)")
+            raise PlanError(f"model={m!r} must be a ModelSpec (use Plan.create with a name or path)", "model")
         for name, part, kind in (
             ("dims", d, ParallelDims),
             ("workload", self.workload, Workload),
@@ -260,16 +284,16 @@ class Plan:
             ("accounting", self.accounting, Accounting),
         ):
             if not isinstance(part, kind):
-                raise ValueError(f"{name}={part!r} must be a {kind.__name__}")
-        check_count("virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES)
-        if self.zero not in (0, 1, 2, 3) or not isinstance(self.zero, int) or isinstance(self.zero, bool):
-            raise ValueError(f"zero={self.zero!r} must be 0, 1, 2 or 3")
-        if self.recompute not in act.RECOMPUTE_MODES:
-            raise ValueError(f"recompute={self.recompute!r} must be one of {', '.join(act.RECOMPUTE_MODES)}")
+                raise PlanError(f"{name}={part!r} must be a {kind.__name__}", name)
+        # its own choices
+        check_count("virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES, PlanError)
+        check_zero(self.zero, PlanError)
+        check_choice("recompute", self.recompute, act.RECOMPUTE_MODES, PlanError)
         if self.stage_balance not in ("even", "max"):
-            raise ValueError(f"stage_balance={self.stage_balance!r} must be 'even' or 'max'")
+            raise PlanError(f"stage_balance={self.stage_balance!r} must be 'even' or 'max'", "stage_balance")
         if self.sp is not None and not isinstance(self.sp, bool):
-            raise ValueError(f"sp={self.sp!r} must be True, False or None")
+            raise PlanError(f"sp={self.sp!r} must be True, False or None", "sp")
+        # how the parts combine
         check_nodes(d.world_size, self.hardware.gpus_per_node)
         self.accounting.check(self.zero, d.pp)
         _check_tp_heads(m, d.tp, self.kv_replication and self.accounting.kv_replication)
@@ -277,63 +301,135 @@ class Plan:
             self._check_layers_per_stage()
         elif m.num_layers % (d.pp * self.virtual_stages):
             if self.virtual_stages > 1:
-                raise ValueError(
-                    f"pp×virtual_stages = {d.pp}×{self.virtual_stages} does not divide {m.num_layers} layers"
+                raise PlanError(
+                    f"pp×virtual_stages = {d.pp}×{self.virtual_stages} does not divide {m.num_layers} layers",
+                    "virtual_stages",
                 )
-            raise ValueError(
+            raise PlanError(
                 f"pp={d.pp} does not divide {m.num_layers} layers (uneven stages give the first and last stages "
-                "fewer: uneven_stages=True, or --uneven-stages on the command line)"
+                "fewer: uneven_stages=True, or --uneven-stages on the command line)",
+                "pp",
             )
         if self.virtual_stages > 1:
             if d.pp == 1:
-                raise ValueError(f"virtual_stages={self.virtual_stages} needs pp > 1")
-            if self.micro_batches < d.pp:
-                raise ValueError(
-                    f"micro_batches={self.micro_batches} is fewer than pp={d.pp} stages, which the "
-                    "interleaved schedule needs"
+                raise PlanError(f"virtual_stages={self.virtual_stages} needs pp > 1", "virtual_stages")
+            if self.workload.micro_batches < d.pp:
+                raise PlanError(
+                    f"micro_batches={self.workload.micro_batches} is fewer than pp={d.pp} stages, which the "
+                    "interleaved schedule needs",
+                    "micro_batches",
                 )
-        if self.seq % d.cp:
-            raise ValueError(f"cp={d.cp} does not divide seq={self.seq}")
+        if self.workload.seq % d.cp:
+            raise PlanError(f"cp={d.cp} does not divide seq={self.workload.seq}", "cp")
         if d.ep > 1 and not m.is_moe:
-            raise ValueError(f"ep={d.ep} but {m.name} has no experts")
+            raise PlanError(f"ep={d.ep} but {m.name} has no experts", "ep")
         if m.is_moe and m.num_experts % d.ep:
-            raise ValueError(f"ep={d.ep} does not divide {m.num_experts} experts")
+            raise PlanError(f"ep={d.ep} does not divide {m.num_experts} experts", "ep")
 
     def _check_layers_per_stage(self) -> None:
         lps = self.layers_per_stage
         if isinstance(lps, (str, bytes)) or not isinstance(lps, tuple):
-            raise ValueError(f"layers_per_stage={lps!r} must be a sequence of layer counts, one per pipeline rank")
+            raise PlanError(
+                f"layers_per_stage={lps!r} must be a sequence of layer counts, one per pipeline rank",
+                "layers_per_stage",
+            )
         for n in lps:
-            check_count("layers_per_stage entry", n)
-        if len(lps) != self.pp:
-            raise ValueError(f"layers_per_stage has {len(lps)} entries but pp={self.pp}")
+            check_count("layers_per_stage entry", n, error=PlanError)
+        if len(lps) != self.dims.pp:
+            raise PlanError(f"layers_per_stage has {len(lps)} entries but pp={self.dims.pp}", "layers_per_stage")
         if sum(lps) != self.model.num_layers:
-            raise ValueError(f"layers_per_stage adds up to {sum(lps)}, not {self.model.num_layers} layers")
+            raise PlanError(
+                f"layers_per_stage adds up to {sum(lps)}, not {self.model.num_layers} layers", "layers_per_stage"
+            )
         if min(lps) < self.virtual_stages:
-            raise ValueError(
+            raise PlanError(
                 f"virtual_stages={self.virtual_stages} needs at least {self.virtual_stages} layers on "
-                f"every pipeline rank (layers_per_stage has {min(lps)})"
+                f"every pipeline rank (layers_per_stage has {min(lps)})",
+                "virtual_stages",
             )
 
     # ------------------------------------------------------------------ reading the parts
-    gpus = property(lambda self: self.dims.world_size)
-    tp = property(lambda self: self.dims.tp)
-    cp = property(lambda self: self.dims.cp)
-    pp = property(lambda self: self.dims.pp)
-    dp = property(lambda self: self.dims.dp)
-    ep = property(lambda self: self.dims.ep)
-    expert_tp = property(lambda self: self.dims.expert_tp)
-    etp = property(
-        lambda self: self.dims.etp, doc="The expert tensor-parallel size (tp unless expert_tp says otherwise)."
-    )
-    expert_dp = property(lambda self: self.dims.expert_dp, doc="Ranks holding the same expert shard.")
-    order = property(lambda self: self.dims.order)
-    seq = property(lambda self: self.workload.seq)
-    micro_batch_size = property(lambda self: self.workload.micro_batch_size)
-    micro_batches = property(lambda self: self.workload.micro_batches)
-    gpus_per_node = property(lambda self: self.hardware.gpus_per_node)
-    gpu_memory_bytes = property(lambda self: self.hardware.gpu_memory_bytes)
-    bytes_per_param = property(lambda self: self.accounting.bytes_per_param)
+    # The sizes, the workload and the machine, read through the part that holds each (``plan.tp`` is
+    # ``plan.dims.tp``): ``Plan.create``'s flat names.
+    @property
+    def gpus(self) -> int:
+        """GPUs in the plan: tp × cp × pp × dp."""
+        return self.dims.world_size
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel size."""
+        return self.dims.tp
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel size."""
+        return self.dims.cp
+
+    @property
+    def pp(self) -> int:
+        """Pipeline-parallel size (stages)."""
+        return self.dims.pp
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel size (replicas)."""
+        return self.dims.dp
+
+    @property
+    def ep(self) -> int:
+        """Expert-parallel size (folded inside dp × cp, or tp × cp × dp with a smaller expert TP)."""
+        return self.dims.ep
+
+    @property
+    def expert_tp(self) -> int | None:
+        """The expert tensor-parallel size as given: None means tp (``etp``)."""
+        return self.dims.expert_tp
+
+    @property
+    def etp(self) -> int:
+        """The expert tensor-parallel size (tp unless expert_tp says otherwise)."""
+        return self.dims.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same expert shard."""
+        return self.dims.expert_dp
+
+    @property
+    def order(self) -> str:
+        """The mesh's axis order, inner to outer."""
+        return self.dims.order
+
+    @property
+    def seq(self) -> int:
+        """Tokens per sequence."""
+        return self.workload.seq
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Sequences per micro-batch (b)."""
+        return self.workload.micro_batch_size
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches per step on each data-parallel replica (m)."""
+        return self.workload.micro_batches
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per node of the machine."""
+        return self.hardware.gpus_per_node
+
+    @property
+    def gpu_memory_bytes(self) -> float:
+        """Memory of one GPU, in bytes."""
+        return self.hardware.gpu_memory_bytes
+
+    @property
+    def bytes_per_param(self) -> BytesPerParam:
+        """The ledger's bytes per parameter of each model-state term."""
+        return self.accounting.bytes_per_param
 
     @property
     def global_batch(self) -> int:

@@ -45,6 +45,7 @@ from functools import cache
 
 from meshplan.core.collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
 from meshplan.core.resources import read_json
+from meshplan.core.validation import LedgerError
 
 
 @dataclass(frozen=True)
@@ -205,10 +206,11 @@ class Accounting:
         return replace(self, bytes_per_param=bpp)
 
     def check(self, zero: int, pp: int) -> None:
-        """ValueError when the engine refuses ZeRO stage ``zero`` (with ``pp`` pipeline stages)."""
+        """LedgerError when the engine refuses ZeRO stage ``zero`` (with ``pp`` pipeline stages)."""
         why = self.refused.get(str(zero)) or (self.refused.get(f"{zero}pp") if pp > 1 else None)
         if why:
-            raise ValueError(f"zero={zero}{f' with pp={pp}' if pp > 1 and f'{zero}pp' in self.refused else ''}: {why}")
+            with_pp = f" with pp={pp}" if pp > 1 and f"{zero}pp" in self.refused else ""
+            raise LedgerError(f"zero={zero}{with_pp}: {why}", "zero")
 
     def sync_schedule(self, zero: int, pp: int) -> tuple[SyncCollective, ...]:
         """The data-parallel collectives of ZeRO stage ``zero`` with ``pp`` pipeline stages."""

@@ -28,8 +28,11 @@ Conventions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+
+from meshplan.core.validation import MeshplanError, PlanError, check_count, is_count
+
+# ``check_count`` lives in ``core.validation``; imported from here too (the command line does)
 
 AXES = ("tp", "cp", "pp", "dp")
 DEFAULT_ORDER = "tp-cp-pp-dp"
@@ -37,30 +40,19 @@ MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 MAX_GPUS = 2**20  # 1,048,576 GPUs: larger than any cluster built; keeps every mesh computation fast
 
 
-def check_count(name: str, value: Any, limit: int | None = None) -> int:
-    """``value`` if it is a positive integer (at most ``limit``), else ValueError naming it.
-
-    >>> check_count("tp", 8)
-    8
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}={value!r} must be a positive integer")
-    if limit is not None and value > limit:
-        raise ValueError(f"{name}={value:,} is more than the {limit:,} this library plans for")
-    return value
-
-
 def parse_order(order: str) -> tuple[str, ...]:
     """``"tp-cp-ep-dp-pp"`` → ``("tp", "cp", "dp", "pp")`` (``ep`` is folded, not an axis).
 
-    Raises ValueError unless the order names tp, cp, pp and dp once each (ep optional).
+    Raises PlanError unless the order names tp, cp, pp and dp once each (ep optional).
     """
     if not isinstance(order, str):
-        raise ValueError(f"order={order!r} must be a string like 'tp-cp-pp-dp'")
+        raise PlanError(f"order={order!r} must be a string like 'tp-cp-pp-dp'", "order")
     parts = [p.strip().lower() for p in order.split("-")]
     axes = tuple(p for p in parts if p != "ep")
     if sorted(axes) != sorted(AXES) or parts.count("ep") > 1:
-        raise ValueError(f"order={order!r} must name tp, cp, pp and dp once each (ep optional), e.g. 'tp-cp-pp-dp'")
+        raise PlanError(
+            f"order={order!r} must name tp, cp, pp and dp once each (ep optional), e.g. 'tp-cp-pp-dp'", "order"
+        )
     return axes
 
 
@@ -73,6 +65,9 @@ class ParallelDims:
         ep: expert-parallel size, folded inside the other dimensions (see the module docstring).
         expert_tp: expert tensor-parallel size (Megatron's ``--expert-tensor-parallel-size``); ``None`` means tp.
         order: mesh axes from inner to outer.
+        axes: ``order`` parsed (without ``ep``), once, on construction.
+
+    Every rule raises ``PlanError`` naming its factor.
     """
 
     tp: int = 1
@@ -82,29 +77,32 @@ class ParallelDims:
     ep: int = 1
     expert_tp: int | None = None
     order: str = DEFAULT_ORDER
+    axes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("tp", "cp", "pp", "dp", "ep"):
-            check_count(name, getattr(self, name), MAX_GPUS)
+            check_count(name, getattr(self, name), MAX_GPUS, PlanError)
         world = self.tp * self.cp * self.pp * self.dp
         if world > MAX_GPUS:
-            raise ValueError(
+            raise PlanError(
                 f"tp×cp×pp×dp = {self.tp}×{self.cp}×{self.pp}×{self.dp} = {world:,} GPUs is more than "
-                f"the {MAX_GPUS:,} this library plans for"
+                f"the {MAX_GPUS:,} this library plans for",
+                "gpus",
             )
-        parse_order(self.order)
+        object.__setattr__(self, "axes", parse_order(self.order))
         if self.expert_tp is not None:
-            check_count("expert_tp", self.expert_tp)
+            check_count("expert_tp", self.expert_tp, error=PlanError)
             if self.tp % self.expert_tp:
-                raise ValueError(f"expert_tp={self.expert_tp} does not divide tp={self.tp}")
+                raise PlanError(f"expert_tp={self.expert_tp} does not divide tp={self.tp}", "expert_tp")
         dc = self.dp * self.cp
         if self.etp == self.tp:
             if dc % self.ep:
-                raise ValueError(f"ep={self.ep} does not divide dp×cp = {self.dp}×{self.cp} = {dc}")
+                raise PlanError(f"ep={self.ep} does not divide dp×cp = {self.dp}×{self.cp} = {dc}", "ep")
         elif (self.tp * dc) % (self.ep * self.etp):
-            raise ValueError(
+            raise PlanError(
                 f"ep×expert_tp = {self.ep}×{self.etp} = {self.ep * self.etp} does not divide "
-                f"tp×cp×dp = {self.tp}×{self.cp}×{self.dp} = {self.tp * dc}"
+                f"tp×cp×dp = {self.tp}×{self.cp}×{self.dp} = {self.tp * dc}",
+                "ep",
             )
 
     @classmethod
@@ -119,29 +117,27 @@ class ParallelDims:
         expert_tp: int | None = None,
         order: str = DEFAULT_ORDER,
     ) -> ParallelDims:
-        """The dims of ``gpus`` GPUs; ``dp`` defaults to gpus ÷ (tp × cp × pp). ValueError if they do not multiply
-        to ``gpus``."""
-        check_count("gpus", gpus, MAX_GPUS)
-        for name, x in (("tp", tp), ("cp", cp), ("pp", pp)):
-            check_count(name, x, MAX_GPUS)
-        inner = tp * cp * pp
+        """The dims of ``gpus`` GPUs; ``dp`` defaults to gpus ÷ (tp × cp × pp). PlanError if they do not multiply
+        to ``gpus``.
+
+        Each size is checked once, by the constructor: deriving dp only tests that tp, cp and pp are counts
+        (``is_count``); when one is not, the constructor names it."""
+        check_count("gpus", gpus, MAX_GPUS, PlanError)
         if dp is None:
-            if gpus % inner:
-                raise ValueError(f"tp×cp×pp = {tp}×{cp}×{pp} = {inner} does not divide gpus={gpus}")
-            dp = gpus // inner
+            dp = 1  # a stand-in: the constructor below names the bad size
+            if all(is_count(x, MAX_GPUS) for x in (tp, cp, pp)):
+                inner = tp * cp * pp
+                if gpus % inner:
+                    raise PlanError(f"tp×cp×pp = {tp}×{cp}×{pp} = {inner} does not divide gpus={gpus}", "gpus")
+                dp = gpus // inner
         dims = cls(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, expert_tp=expert_tp, order=order)
         if dims.world_size != gpus:
-            raise ValueError(f"gpus={gpus} is not tp×cp×pp×dp = {tp}×{cp}×{pp}×{dp} = {dims.world_size}")
+            raise PlanError(f"gpus={gpus} is not tp×cp×pp×dp = {tp}×{cp}×{pp}×{dp} = {dims.world_size}", "gpus")
         return dims
 
     @property
     def world_size(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
-
-    @property
-    def axes(self) -> tuple[str, ...]:
-        """The mesh axes from inner to outer (``order`` without ``ep``)."""
-        return parse_order(self.order)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -170,7 +166,7 @@ class ParallelDims:
         if dim == "ep":
             return self.ep
         if dim not in AXES:
-            raise ValueError(f"dim={dim!r} must be one of tp, cp, pp, dp, ep, edp")
+            raise MeshplanError(f"dim={dim!r} must be one of tp, cp, pp, dp, ep, edp", "dim")
         return getattr(self, dim)
 
     def label(self) -> str:

@@ -26,10 +26,12 @@ otherwise InfiniBand.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from math import gcd
+from typing import Any
 
-from meshplan.spec.dims import AXES, DEFAULT_ORDER, MEGATRON_ORDER, ParallelDims, check_count, parse_order
+from meshplan.core.validation import PlanError, check_count
+from meshplan.spec.dims import AXES, DEFAULT_ORDER, MEGATRON_ORDER, ParallelDims, parse_order
 
 __all__ = ["AXES", "DEFAULT_ORDER", "INFINIBAND", "MEGATRON_ORDER", "NVLINK", "Mesh", "check_nodes", "parse_order"]
 
@@ -38,16 +40,16 @@ GROUP_AXES = (*AXES, "ep", "edp")
 
 
 def check_nodes(gpus: int, gpus_per_node: int) -> None:
-    """ValueError unless the GPUs fill whole nodes (or fit in one): gpus_per_node must divide gpus beyond one node.
+    """PlanError unless the GPUs fill whole nodes (or fit in one): gpus_per_node must divide gpus beyond one node.
 
     >>> check_nodes(12, 8)
     Traceback (most recent call last):
     ...
-    ValueError: gpus_per_node=8 does not divide gpus=12
+    meshplan.core.validation.PlanError: gpus_per_node=8 does not divide gpus=12
     """
-    check_count("gpus_per_node", gpus_per_node)
+    check_count("gpus_per_node", gpus_per_node, error=PlanError)
     if gpus > gpus_per_node and gpus % gpus_per_node:
-        raise ValueError(f"gpus_per_node={gpus_per_node} does not divide gpus={gpus}")
+        raise PlanError(f"gpus_per_node={gpus_per_node} does not divide gpus={gpus}", "gpus_per_node")
 
 
 @dataclass(frozen=True)
@@ -64,17 +66,23 @@ class Mesh:
     dims: ParallelDims = field(init=False, repr=False, compare=False)
     axes: tuple[str, ...] = field(init=False, repr=False)
     strides: Mapping[str, int] = field(init=False, repr=False)
+    # ``from_dims``: a ParallelDims already validated, which the mesh takes as it is (sizes, order, ep, etp)
+    validated: InitVar[ParallelDims | None] = field(default=None, kw_only=True)
     _link_cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
-    def __post_init__(self):
-        if not isinstance(self.sizes, Mapping):
-            raise ValueError(f"sizes={self.sizes!r} must map tp, cp, pp and dp to their sizes")
-        for a in AXES:
-            check_count(a, self.sizes.get(a))
-        dims = ParallelDims(**{a: self.sizes[a] for a in AXES}, ep=self.ep, expert_tp=self.etp, order=self.order)
-        check_count("gpus_per_node", self.gpus_per_node)
+    def __post_init__(self, validated: ParallelDims | None) -> None:
+        if validated is not None:
+            dims = validated
+        elif not isinstance(self.sizes, Mapping):
+            raise PlanError(f"sizes={self.sizes!r} must map tp, cp, pp and dp to their sizes", "sizes")
+        else:  # ParallelDims checks each size (a missing one is None: "tp=None must be a positive integer")
+            given: dict[str, Any] = {a: self.sizes.get(a) for a in AXES}
+            dims = ParallelDims(**given, ep=self.ep, expert_tp=self.etp, order=self.order)
+        check_count("gpus_per_node", self.gpus_per_node, error=PlanError)
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "sizes", dims.sizes)
+        object.__setattr__(self, "order", dims.order)
+        object.__setattr__(self, "ep", dims.ep)
         object.__setattr__(self, "etp", dims.etp)
         strides, s = {}, 1
         for a in dims.axes:
@@ -85,8 +93,9 @@ class Mesh:
 
     @classmethod
     def from_dims(cls, dims: ParallelDims, gpus_per_node: int = 8) -> Mesh:
-        """The mesh of a validated ``ParallelDims`` on nodes of ``gpus_per_node`` GPUs."""
-        return cls(dims.sizes, dims.order, gpus_per_node, dims.ep, dims.expert_tp)
+        """The mesh of a validated ``ParallelDims`` on nodes of ``gpus_per_node`` GPUs: the mesh takes ``dims`` as
+        it is (no second ParallelDims, no second check of its sizes or parse of its order)."""
+        return cls(dims.sizes, dims.order, gpus_per_node, dims.ep, dims.expert_tp, validated=dims)
 
     @property
     def world_size(self) -> int:

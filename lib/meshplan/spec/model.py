@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from meshplan.core.resources import DATA_DIR
+from meshplan.core.validation import ConfigError
 from meshplan.spec.models import FAMILIES, from_config
 from meshplan.spec.models.fields import show
 from meshplan.spec.models.spec import COMPONENT_KEYS, LayerSpec, ModelSpec, ParamCount
@@ -76,18 +77,18 @@ def _resolve(text: str) -> Path:
         path = Path(text)
         if path.is_dir():
             if not (path / "config.json").is_file():
-                raise ValueError(f"model directory {text!r} has no config.json")
+                raise ConfigError(f"model directory {text!r} has no config.json", "model")
             return path / "config.json"
         if path.is_file():
             return path
     except OSError as exc:
         why = "is longer than the file system allows" if exc.errno == errno.ENAMETOOLONG else f"cannot be read ({exc})"
-        raise ValueError(f"model name or path {show(text)} {why}") from None
-    except ValueError as exc:
-        if "config.json" in str(exc):
-            raise
-        raise ValueError(f"model name or path {show(text)} is not a valid path ({exc})") from None
-    raise ValueError(f"unknown model {show(text)}: not a file and not one of {', '.join(available_models())}")
+        raise ConfigError(f"model name or path {show(text)} {why}", "model") from None
+    except ConfigError:
+        raise
+    except ValueError as exc:  # e.g. a NUL byte in the path
+        raise ConfigError(f"model name or path {show(text)} is not a valid path ({exc})", "model") from None
+    raise ConfigError(f"unknown model {show(text)}: not a file and not one of {', '.join(available_models())}", "model")
 
 
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
@@ -95,18 +96,18 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     the per-family configs the tests check against transformers), by path to a config.json, or by a Hugging Face
     model directory holding one.
 
-    Raises ValueError for an unknown name, an unreadable, binary, oversized or too deeply nested file, invalid
-    JSON or a malformed config, naming the file.
+    Raises ConfigError (a ValueError) for an unknown name, an unreadable, binary, oversized or too deeply nested
+    file, invalid JSON or a malformed config, naming the file.
     """
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     if not isinstance(name_or_path, (str, Path)):
-        raise ValueError(f"model must be a name, a path or a ModelSpec, got {show(name_or_path)}")
+        raise ConfigError(f"model must be a name, a path or a ModelSpec, got {show(name_or_path)}", "model")
     path = _resolve(str(name_or_path))
     try:
         stat = path.stat()
     except OSError as exc:
-        raise ValueError(f"cannot read model config {str(path)!r}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read model config {str(path)!r}: {exc.strerror or exc}", "model") from None
     key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
     cached = _CACHE.get(key)
     if cached is None:
@@ -125,22 +126,22 @@ def _load(path: Path) -> ModelSpec:
     where = repr(str(path))
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise ValueError(
+            raise ConfigError(
                 f"cannot read model config {where}: {path.stat().st_size:,} bytes is not a config.json "
                 f"(at most {MAX_CONFIG_BYTES:,})"
             )
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ValueError(f"cannot read model config {where}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read model config {where}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise ValueError(f"cannot read model config {where}: not UTF-8 text (a binary file?)") from None
+        raise ConfigError(f"cannot read model config {where}: not UTF-8 text (a binary file?)") from None
     except RecursionError:
-        raise ValueError(f"malformed config {where}: JSON nested too deeply") from None
+        raise ConfigError(f"malformed config {where}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"malformed config {where}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
-    except ValueError as exc:
-        if str(exc).startswith("cannot read model config"):
-            raise
-        raise ValueError(f"malformed config {where}: invalid JSON ({exc})") from None
+        raise ConfigError(f"malformed config {where}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ConfigError:
+        raise
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise ConfigError(f"malformed config {where}: invalid JSON ({exc})") from None
     stem = path.stem if path.name != "config.json" else path.parent.name or "config"
     return model_from_config(cfg, name=stem, where=where)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from meshplan.spec.dims import check_count
+from meshplan.core.validation import check_count
 from meshplan.spec.model import ModelSpec
 
 

@@ -11,7 +11,7 @@ Public entry points are re-exported by ``meshplan.spec.model``.
     >>> from_config({**cfg, "num_local_experts": 8}, "tiny", "'tiny.json'")
     Traceback (most recent call last):
     ...
-    ValueError: malformed config 'tiny.json': 'num_local_experts' = 8 changes the parameter count, but a 'llama' ...
+    meshplan.core.validation.ConfigError: malformed config 'tiny.json': 'num_local_experts' = 8 changes the ...
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from meshplan.core.validation import ConfigError
 from meshplan.spec.models import deepseek, gemma, gpt2, llama, qwen, qwen3_5
 from meshplan.spec.models.fallback import from_transformers, transformers_knows
 from meshplan.spec.models.fields import Fields, show
@@ -94,12 +95,12 @@ def from_config(cfg: Mapping, name: str, where: str) -> ModelSpec:
                 return from_transformers(dict(cfg), name, where)
             except ValueError as exc:
                 why = str(exc).removeprefix(f"malformed config {where}: ")
-                raise ValueError(
+                raise ConfigError(
                     f"unsupported model_type {show(mtype)} in {where}: counted analytically are "
                     f"{supported}; transformers knows {show(mtype)} but cannot count this config: "
                     f"{why}"
                 ) from None
-        raise ValueError(
+        raise ConfigError(
             f"unsupported model_type {show(mtype)} in {where}: counted analytically are {supported}; "
             "other types need transformers to know them (pip install transformers), and it does not "
             "know this one"

@@ -1,16 +1,17 @@
 """Reading a ``config.json`` key by key, each value's JSON type and range checked.
 
-Every error is one ``ValueError`` line naming the file, the key (with its section, e.g.
+Every error is one ``ConfigError`` (a ``ValueError``) line naming the file, the key (with its section, e.g.
 ``'text_config.hidden_size'``) and the value, abbreviated when huge:
 
     >>> Fields({"hidden_size": "4096"}, "'my.json'").integer("hidden_size")
     Traceback (most recent call last):
     ...
-    ValueError: malformed config 'my.json': 'hidden_size' must be a positive integer, got '4096'
-    >>> Fields({"tie_word_embeddings": "false"}, "'my.json'").boolean("tie_word_embeddings", False)
-    Traceback (most recent call last):
-    ...
-    ValueError: malformed config 'my.json': 'tie_word_embeddings' must be true or false, got 'false'
+    meshplan.core.validation.ConfigError: malformed config 'my.json': 'hidden_size' must be a positive integer, ...
+    >>> try:
+    ...     Fields({"tie_word_embeddings": "false"}, "'my.json'").boolean("tie_word_embeddings", False)
+    ... except ConfigError as exc:
+    ...     print(exc)
+    malformed config 'my.json': 'tie_word_embeddings' must be true or false, got 'false'
 
 ``Fields`` remembers which keys a family's loader read, so that a key which changes the parameter count but which
 that loader does not understand (experts in a config labelled ``llama``) is refused by ``refuse_unread`` instead of
@@ -22,6 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from meshplan.core.validation import ConfigError
 
 MAX_INT = 2**40  # widths, vocabularies, ranks, expert counts: far above any model, far below float trouble
 MAX_LAYERS = 2**16  # decoder layers, vision blocks: each becomes an entry of a tuple
@@ -115,7 +118,7 @@ class Fields:
 
     def __init__(self, cfg: Mapping, where: str, prefix: str = ""):
         if not isinstance(cfg, Mapping):
-            raise ValueError(f"expected a JSON object, got {show(cfg)}")
+            raise ConfigError(f"expected a JSON object, got {show(cfg)}")
         self.cfg, self.where, self.prefix = cfg, where, prefix
         self.read: set[str] = set()
 
@@ -123,8 +126,8 @@ class Fields:
     def name(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key
 
-    def error(self, message: str) -> ValueError:
-        return ValueError(f"malformed config {self.where}: {message}")
+    def error(self, message: str) -> ConfigError:
+        return ConfigError(f"malformed config {self.where}: {message}")
 
     def has(self, key: str) -> bool:
         """The key is present with a non-null value (and counts as read)."""
