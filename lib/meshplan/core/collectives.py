@@ -70,6 +70,90 @@ def transfer_time_s(n_bytes: float, bytes_per_s: float) -> float:
     return n_bytes / bytes_per_s
 
 
+# ---------------------------------------------------------------- a collective as data
+ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all-reduce", "reduce-scatter", "all-gather"
+ALL_TO_ALL, RING_PASS = "all-to-all", "ring pass"
+KINDS = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, RING_PASS)
+PHASES = ("forward", "backward", "recompute")
+# what can hide a collective, if the engine overlaps it: the weight-gradient GEMM (Megatron-Core's asynchronous
+# input-gradient reduction), the input-gradient GEMM (its sequence-parallel re-gather), the attention of the
+# chunk in hand (Ring Attention)
+HIDERS = ("weight-gradient GEMM", "input-gradient GEMM", "attention")
+_RING_BYTES = {
+    ALL_REDUCE: ring_all_reduce_bytes,
+    REDUCE_SCATTER: reduce_scatter_bytes,
+    ALL_GATHER: all_gather_bytes,
+    ALL_TO_ALL: all_to_all_bytes,
+    RING_PASS: all_gather_bytes,  # c−1 sends of a 1/c chunk: an all-gather's bytes, hop by hop
+}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a parallel dimension runs, as data: what the bytes ledger sums and the step-time model
+    prices, from the same entry (``tp.tp_collectives``, ``cp.cp_collectives``, ``ep.ep_collectives``).
+
+    Attributes:
+        label: what it moves, e.g. ``"reduce-scatter after attention and MLP (forward)"``.
+        kind: ``all-reduce``, ``reduce-scatter``, ``all-gather``, ``all-to-all`` or ``ring pass`` (c−1 point-to-point
+            sends of a 1/c chunk round a ring, as Ring Attention passes K and V).
+        ranks: the group size n.
+        size_bytes: the whole tensor (an all-gather's output, a reduce-scatter's input, an all-to-all's local
+            buffer, the K and V a ring passes round).
+        count: how many run per unit (per layer and micro-batch for TP, CP and EP).
+        phase: ``"forward"``, ``"backward"`` or ``"recompute"`` (the forward that recomputation runs again).
+        in_ledger: whether the bytes ledger counts it (the lab page's convention counts TP's four collectives and
+            one K/V pass per layer, not what recomputation re-runs nor the backward's K/V passes); the step-time
+            model prices every entry.
+        hidden_by: what may hide it when the engine overlaps it (``HIDERS``), None when nothing can.
+
+    Bytes one rank sends: ``count`` × the ring cost of ``kind`` (``sent_bytes``).
+
+        >>> c = Collective("all-gather (forward)", ALL_GATHER, 8, 100.0, count=2)
+        >>> c.sent_bytes, c.bytes_each
+        (175.0, 87.5)
+    """
+
+    label: str
+    kind: str
+    ranks: int
+    size_bytes: float
+    count: int = 1
+    phase: str = "forward"
+    in_ledger: bool = True
+    hidden_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r} must be one of {', '.join(KINDS)}")
+        if self.phase not in PHASES:
+            raise ValueError(f"phase={self.phase!r} must be one of {', '.join(PHASES)}")
+        if self.hidden_by is not None and self.hidden_by not in HIDERS:
+            raise ValueError(f"hidden_by={self.hidden_by!r} must be None or one of {', '.join(HIDERS)}")
+        _check_n(self.ranks)
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
+            raise ValueError(f"count={self.count!r} must be a non-negative integer")
+
+    @property
+    def bytes_each(self) -> float:
+        """Bytes one rank sends in one of them."""
+        return _RING_BYTES[self.kind](self.ranks, self.size_bytes)
+
+    @property
+    def sent_bytes(self) -> float:
+        """Bytes one rank sends in all ``count`` of them."""
+        return self.count * self.bytes_each
+
+
+def ledger_bytes(collectives: tuple[Collective, ...]) -> float:
+    """Bytes one rank sends per unit for the entries the bytes ledger counts (``in_ledger``).
+
+    >>> ledger_bytes((Collective("a", ALL_GATHER, 2, 8.0), Collective("b", ALL_GATHER, 2, 8.0, in_ledger=False)))
+    4.0
+    """
+    return sum(c.sent_bytes for c in collectives if c.in_ledger)
+
+
 # ---------------------------------------------------------------- the ring, step by step
 @dataclass(frozen=True)
 class RingSend:

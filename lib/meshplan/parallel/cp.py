@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import math
 
-from meshplan.core.collectives import all_gather_bytes
+from meshplan.core.collectives import RING_PASS, Collective, all_gather_bytes, ledger_bytes
 from meshplan.core.validation import check_count
 from meshplan.spec.model import load_model
 
 ACT_BYTES = 2
+CP_FORWARD_PASSES = 1  # K and V go round the ring once in the forward (Ring Attention)
 
 
 def kv_bytes_per_layer(s: int, b: int, kv_width: float, act_bytes: int = ACT_BYTES) -> float:
@@ -59,11 +60,42 @@ def kv_width_per_gpu(kv_width: int, num_kv_heads: int, tp: int) -> float:
     return kv_width * max(num_kv_heads // tp, 1) / num_kv_heads
 
 
+def cp_collectives(
+    s: int, b: int, kv_width: float, cp: int, *, recompute: str = "none", act_bytes: int = ACT_BYTES
+) -> tuple[Collective, ...]:
+    """The K/V ring of one full-attention layer and one micro-batch on one GPU, as data: what the bytes ledger sums
+    (``in_ledger``) and the step-time model prices (every entry).
+
+    Ring Attention (Liu et al. 2023) passes the sequence's K and V round the c ranks of the CP group in the forward,
+    each hop a 1/c chunk: (c−1)/c × K+V bytes per GPU (``ring_kv_bytes_per_layer``); the backward passes K and V
+    round again with their gradients (two passes), and a recomputed attention (``recompute`` ``"selective"`` or
+    ``"full"``) one more. Each pass can run under the attention of the chunk in hand. The bytes ledger counts the
+    forward pass (the lab page's convention); the step-time model prices them all. Units: bytes.
+
+        >>> [(c.phase, c.in_ledger) for c in cp_collectives(131072, 1, 2048, 8, recompute="full")]
+        [('forward', True), ('backward', False), ('backward', False), ('recompute', False)]
+    """
+    kv = kv_bytes_per_layer(s, b, kv_width, act_bytes)
+    out = [
+        Collective("K and V round the ring (forward)", RING_PASS, cp, kv, CP_FORWARD_PASSES, hidden_by="attention"),
+        Collective("K and V round the ring again (backward)", RING_PASS, cp, kv, 1, "backward", False, "attention"),
+        Collective("their gradients round the ring (backward)", RING_PASS, cp, kv, 1, "backward", False, "attention"),
+    ]
+    if recompute in ("selective", "full"):
+        out.append(
+            Collective(
+                "K and V round the ring (recomputed attention)", RING_PASS, cp, kv, 1, "recompute", False, "attention"
+            )
+        )
+    return tuple(out)
+
+
 def cp_kv_bytes_per_step(
     s: int, b: int, kv_width: float, cp: int, full_attention_layers: int, micro_batches: int, act_bytes: int = ACT_BYTES
 ) -> float:
-    """Bytes one GPU sends per step for K/V: (c−1)/c × K+V bytes × full-attention layers it holds × m."""
-    return all_gather_bytes(cp, kv_bytes_per_layer(s, b, kv_width, act_bytes)) * full_attention_layers * micro_batches
+    """Bytes one GPU sends per step for K/V: (c−1)/c × K+V bytes × full-attention layers it holds × m (the ledger
+    entries of ``cp_collectives``)."""
+    return ledger_bytes(cp_collectives(s, b, kv_width, cp, act_bytes=act_bytes)) * full_attention_layers * micro_batches
 
 
 def causal_load(tokens: int, ranks: int, zigzag: bool = False) -> tuple[int, ...]:

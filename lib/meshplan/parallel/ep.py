@@ -45,11 +45,12 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from meshplan.core.collectives import all_to_all_bytes
+from meshplan.core.collectives import ALL_TO_ALL, Collective, all_to_all_bytes, ledger_bytes
 from meshplan.core.validation import PlanError, check_count, check_non_negative, check_non_negative_int, check_positive
 
 ACT_BYTES = 2
-EP_ALL_TO_ALLS_PER_LAYER = 4  # dispatch + combine, forward and backward
+EP_ALL_TO_ALLS_FORWARD = 2  # dispatch and combine; the backward runs both again
+EP_ALL_TO_ALLS_PER_LAYER = 2 * EP_ALL_TO_ALLS_FORWARD  # dispatch + combine, forward and backward
 # DeepSeek-V3 dispatches FP8 (e4m3, 1 B) with one fp32 scale per 128 channels (§3.3.3; deepseek-ai/DeepEP
 # deep_ep/buffer.py: the dispatched x is float8_e4m3fn with float scales of shape [..., hidden // 128])
 FP8_BYTES = 1
@@ -84,6 +85,31 @@ def tokens_per_gpu(seq: int, micro_batch_size: int, cp: int = 1, tp: int = 1, se
     return tokens / tp if sequence_parallel else float(tokens)
 
 
+def ep_collectives(
+    tokens: float, experts_per_token: int, h: int, ep: int, *, recompute: str = "none", act_bytes: int = ACT_BYTES
+) -> tuple[Collective, ...]:
+    """The EP all-to-alls of one MoE layer and one micro-batch on one GPU, as data: what the bytes ledger sums
+    (``in_ledger``) and the step-time model prices (every entry).
+
+    The forward dispatches each of its ``tokens`` to its k experts and combines the results
+    (``EP_ALL_TO_ALLS_FORWARD``: two all-to-alls of tokens·k·h elements), the backward runs both again for the
+    gradients, and full recomputation the forward's once more (not counted by the ledger). Under uniform routing
+    (e−1)/e of each buffer leaves the GPU (``all_to_all_bytes``). Units: bytes.
+
+        >>> [(c.count, c.phase) for c in ep_collectives(4096, 8, 7168, 64)]
+        [(2, 'forward'), (2, 'backward')]
+    """
+    x = tokens * experts_per_token * h * act_bytes
+    k = EP_ALL_TO_ALLS_FORWARD
+    out = [
+        Collective("dispatch and combine (forward)", ALL_TO_ALL, ep, x, k),
+        Collective("dispatch and combine of the gradients (backward)", ALL_TO_ALL, ep, x, k, "backward"),
+    ]
+    if recompute == "full":
+        out.append(Collective("dispatch and combine (recomputed forward)", ALL_TO_ALL, ep, x, k, "recompute", False))
+    return tuple(out)
+
+
 def ep_bytes_per_step(
     tokens: float,
     experts_per_token: int,
@@ -93,13 +119,15 @@ def ep_bytes_per_step(
     micro_batches: int,
     act_bytes: int = ACT_BYTES,
 ) -> float:
-    """Bytes one GPU sends per step: 4 × (e−1)/e × tokens·k·h × 2 B × MoE layers it holds × m.
+    """Bytes one GPU sends per step: 4 × (e−1)/e × tokens·k·h × 2 B × MoE layers it holds × m (the ledger entries
+    of ``ep_collectives``).
 
     ``tokens`` are the tokens of one micro-batch on this GPU: s·b/c, and ÷ t more with sequence
     parallelism, whose TP ranks each dispatch their own sequence shard.
     """
-    per_a2a = all_to_all_bytes(ep, tokens * experts_per_token * h * act_bytes)
-    return EP_ALL_TO_ALLS_PER_LAYER * per_a2a * moe_layers * micro_batches
+    return (
+        ledger_bytes(ep_collectives(tokens, experts_per_token, h, ep, act_bytes=act_bytes)) * moe_layers * micro_batches
+    )
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,11 @@ all-gather plus a reduce-scatter: the same bytes.
 
 Convention (the lab page's): four collectives of s·b·h bf16 elements per layer per micro-batch (two
 forward, two backward), each a ring all-reduce over t ranks. Full recompute re-runs the forward and with
-it two more collectives per layer; like the lab page, this module does not count them. Overlap is ignored:
-these collectives block the layer.
+it two more collectives per layer; like the lab page, the bytes ledger does not count them. Overlap is ignored
+here: these collectives block the layer.
+
+``tp_collectives`` lists them as data (``core.collectives.Collective``): the bytes ledger sums the entries it
+counts (``tp_bytes_per_layer``) and the step-time model prices every entry, so the two cannot drift apart.
 
     >>> round(tp_bytes_per_step(4096, 1, 5120, 64, 8, 1) / 1e9, 1)
     18.8
@@ -18,16 +21,83 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshplan.core.collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+from meshplan.core.collectives import (
+    ALL_GATHER,
+    REDUCE_SCATTER,
+    Collective,
+    all_gather_bytes,
+    ledger_bytes,
+    reduce_scatter_bytes,
+    ring_all_reduce_bytes,
+)
 from meshplan.core.validation import PlanError, check_count
 
-TP_COLLECTIVES_PER_LAYER = 4
+TP_BLOCKS_PER_LAYER = 2  # attention and the MLP: a column-parallel then a row-parallel linear each
+TP_COLLECTIVES_PER_LAYER = 2 * TP_BLOCKS_PER_LAYER  # one all-reduce forward and one backward per block
 ACT_BYTES = 2  # bf16 activations
 
 
+def tp_collectives(
+    s: int, b: int, h: int, t: int, *, recompute: str = "none", regather: bool = False, act_bytes: int = ACT_BYTES
+) -> tuple[Collective, ...]:
+    """The TP collectives of one decoder layer and one micro-batch on one GPU, as data: what the bytes ledger sums
+    (``in_ledger``) and the step-time model prices (every entry, with what may hide it).
+
+    Each block (attention, MLP; ``TP_BLOCKS_PER_LAYER``) runs one all-reduce of its s·b·h activations forward (out
+    of the row-parallel linear) and one backward (the gradient of the column-parallel linear's input), written as
+    the reduce-scatter and all-gather a ring all-reduce is, and which sequence parallelism runs apart (Korthikanti
+    2022 §4.2.2): the same bytes. The backward's reduce-scatter of the column-parallel input gradients can run under
+    the weight-gradient GEMM (Megatron-Core's asynchronous input-gradient reduction). ``recompute="full"`` re-runs
+    the forward's (the ledger does not count them, as the lab page does not); ``regather`` adds Megatron-LM's
+    sequence-parallel backward re-gather of each column-parallel input, which the input-gradient GEMM can hide
+    (``megatron_sp_regather_bytes_per_layer``). Units: bytes.
+
+        >>> [(c.kind, c.count, c.phase) for c in tp_collectives(4096, 1, 5120, 8)]  # doctest: +NORMALIZE_WHITESPACE
+        [('reduce-scatter', 2, 'forward'), ('all-gather', 2, 'forward'), ('all-gather', 2, 'backward'),
+         ('reduce-scatter', 2, 'backward')]
+    """
+    x = s * b * h * act_bytes
+    k = TP_BLOCKS_PER_LAYER
+    out = [
+        Collective("reduce-scatter out of the row-parallel linears (forward)", REDUCE_SCATTER, t, x, k),
+        Collective("all-gather into the column-parallel linears (forward)", ALL_GATHER, t, x, k),
+        Collective("all-gather of the row-parallel linears' output gradients", ALL_GATHER, t, x, k, "backward"),
+        Collective(
+            "reduce-scatter of the column-parallel linears' input gradients",
+            REDUCE_SCATTER,
+            t,
+            x,
+            k,
+            "backward",
+            hidden_by="weight-gradient GEMM",
+        ),
+    ]
+    if recompute == "full":
+        out += [
+            Collective("reduce-scatter (recomputed forward)", REDUCE_SCATTER, t, x, k, "recompute", in_ledger=False),
+            Collective("all-gather (recomputed forward)", ALL_GATHER, t, x, k, "recompute", in_ledger=False),
+        ]
+    if regather:
+        out.append(_sp_regather(t, x))
+    return tuple(out)
+
+
+def _sp_regather(t: int, x: float) -> Collective:
+    return Collective(
+        "all-gather of the column-parallel inputs again (Megatron-LM's sequence-parallel backward)",
+        ALL_GATHER,
+        t,
+        x,
+        TP_BLOCKS_PER_LAYER,
+        "backward",
+        hidden_by="input-gradient GEMM",
+    )
+
+
 def tp_bytes_per_layer(s: int, b: int, h: int, t: int, act_bytes: int = ACT_BYTES) -> float:
-    """Bytes one GPU sends per layer per micro-batch: 4 × 2(t−1)/t × s·b·h × 2 B."""
-    return TP_COLLECTIVES_PER_LAYER * ring_all_reduce_bytes(t, s * b * h * act_bytes)
+    """Bytes one GPU sends per layer per micro-batch: 4 × 2(t−1)/t × s·b·h × 2 B (``tp_collectives``' ledger
+    entries)."""
+    return ledger_bytes(tp_collectives(s, b, h, t, act_bytes=act_bytes))
 
 
 def tp_bytes_per_step(
@@ -146,4 +216,4 @@ def megatron_sp_regather_bytes_per_layer(s: int, b: int, h: int, t: int, act_byt
         >>> megatron_sp_regather_bytes_per_layer(4096, 1, 5120, 8) / tp_bytes_per_layer(4096, 1, 5120, 8)
         0.25
     """
-    return 2 * all_gather_bytes(t, s * b * h * act_bytes)
+    return _sp_regather(t, s * b * h * act_bytes).sent_bytes

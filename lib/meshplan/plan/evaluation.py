@@ -40,13 +40,14 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from meshplan.core.collectives import ledger_bytes
 from meshplan.parallel import activations as act
-from meshplan.parallel.cp import cp_kv_bytes_per_step, kv_width_per_gpu
+from meshplan.parallel.cp import cp_collectives, kv_width_per_gpu
 from meshplan.parallel.dp import grad_sync_bytes
 from meshplan.parallel.engine_activations import stage_bytes
-from meshplan.parallel.ep import ep_bytes_per_step, tokens_per_gpu
+from meshplan.parallel.ep import ep_collectives, tokens_per_gpu
 from meshplan.parallel.pp import bubble_fraction, bubble_share_of_time, pp_bytes_per_step
-from meshplan.parallel.tp import megatron_sp_regather_bytes_per_layer, tp_bytes_per_step
+from meshplan.parallel.tp import tp_collectives
 from meshplan.parallel.zero import model_states_terms, sync_terms
 from meshplan.plan.construct import Plan
 from meshplan.plan.notes import report_notes
@@ -155,20 +156,28 @@ def evaluate(plan: Plan) -> Report:
     if separate_experts and experts_gpu:
         comm["edp"] = sum(sync_terms(d.expert_dp, experts_gpu, schedule, mb).values())
     grad_sync = {"dp": comm["dp"], "cp": comm["cp"], "edp": comm["edp"]}
-    if t > 1:
-        comm["tp"] = tp_bytes_per_step(s // c, b, h, st.num_layers, t, mb)
-        if acc.tp_backward_regather and plan.sequence_parallel:
-            comm["tp"] += megatron_sp_regather_bytes_per_layer(s // c, b, h, t) * st.num_layers * mb
+    # TP, CP and EP as lists of collectives per layer and micro-batch (the step-time model prices the same lists)
+    collectives = {
+        "tp": tp_collectives(
+            s // c, b, h, t, recompute=plan.recompute, regather=acc.tp_backward_regather and plan.sequence_parallel
+        )
+        if t > 1
+        else (),
+        "cp": cp_collectives(s, b, kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t), c, recompute=plan.recompute)
+        if c > 1
+        else (),
+        "ep": ep_collectives(
+            tokens_per_gpu(s, b, c, t, plan.sequence_parallel), m.experts_per_token, h, e, recompute=plan.recompute
+        )
+        if e > 1
+        else (),
+    }
+    comm["tp"] = ledger_bytes(collectives["tp"]) * st.num_layers * mb
     comm["pp"] = pp_bytes_per_step(s // c, b, h, p, mb, v)
     if acc.pp_send_divided(plan.sequence_parallel):
         comm["pp"] /= t
-    if c > 1:
-        kv_gpu = kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t)
-        comm["cp"] += cp_kv_bytes_per_step(s, b, kv_gpu, c, st.full_attention_layers, mb)
-    if e > 1:
-        comm["ep"] = ep_bytes_per_step(
-            tokens_per_gpu(s, b, c, t, plan.sequence_parallel), m.experts_per_token, h, e, st.moe_layers, mb
-        )
+    comm["cp"] += ledger_bytes(collectives["cp"]) * st.full_attention_layers * mb
+    comm["ep"] = ledger_bytes(collectives["ep"]) * st.moe_layers * mb
 
     link = dict(_links(d, hw.gpus_per_node))
     if not (separate_experts and m.is_moe):
@@ -195,4 +204,5 @@ def evaluate(plan: Plan) -> Report:
         grad_sync_bytes=grad_sync,
         stage=k_mem,
         traffic_stage=st.index,
+        collectives=collectives,
     )

@@ -1,7 +1,7 @@
 """What a plan costs per GPU: the ``Report`` that ``evaluate`` returns, and the names of its traffic keys.
 
-    >>> TRAFFIC
-    ('dp', 'tp', 'pp', 'cp', 'ep', 'edp')
+>>> TRAFFIC
+('dp', 'tp', 'pp', 'cp', 'ep', 'edp')
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from meshplan.core.collectives import Collective
 from meshplan.plan.construct import Plan
 
 __all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Report"]
@@ -25,7 +26,10 @@ class Report:
     ``stage`` is the pipeline rank whose memory is reported (the most loaded); ``traffic_stage`` the one whose
     bytes are (the one with the most layers). ``grad_sync_bytes`` is the part of ``comm_bytes_per_step`` that
     synchronises gradients (and, with ZeRO-3, gathers weights), by key: the traffic that can overlap the backward
-    pass, unlike TP's, PP's, CP's K/V and EP's dispatch.
+    pass, unlike TP's, PP's, CP's K/V and EP's dispatch. ``collectives``: TP's, CP's and EP's collectives as data,
+    per unit (TP: a decoder layer; CP: a full-attention layer; EP: a MoE layer) and micro-batch
+    (``core.collectives.Collective``): ``comm_bytes_per_step`` sums their ledger entries over the traffic stage and
+    the step-time model prices all of them, so that a change to a dimension's traffic changes its time too.
     """
 
     plan: Plan
@@ -42,6 +46,7 @@ class Report:
     grad_sync_bytes: Mapping[str, float] = field(default_factory=dict)
     stage: int = 0
     traffic_stage: int = 0
+    collectives: Mapping[str, tuple[Collective, ...]] = field(default_factory=dict)
 
     @property
     def heaviest_dim(self) -> str | None:

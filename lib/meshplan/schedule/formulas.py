@@ -30,6 +30,7 @@ DualPipeV row), as printed, with its source ``README_SOURCE``.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 from meshplan.parallel.pp import bubble_fraction
 from meshplan.schedule.inputs import Time, check, check_times, count
@@ -55,6 +56,17 @@ def _float(x: Fraction, what: str) -> float:
         return float(x)
     except OverflowError:
         raise ValueError(f"the bubble {what} = {count(int(x))} is too large for a float") from None
+
+
+def dualpipe_idle(pp: int, f: Any, b: Any, w: Any) -> Any:
+    """DualPipe's idle time on its busiest device, (PP/2 − 1)(F&B + B − 3W) (DeepSeek-V3 report, Table 2), with
+    F&B = f + b + w, B = b + w and W = w, 0 where it would go negative; exact for ints and Fractions, and the one
+    expression ``formula_bubble`` and the step-time model (``steptime.model``) both use.
+
+        >>> dualpipe_idle(8, 1, 1, 1), dualpipe_idle(8, 2.0, 1.5, 1.5)
+        (6.0, 10.5)
+    """
+    return max(0 * f, (pp - 2) * ((f + b + w) + (b + w) - 3 * w) / 2)
 
 
 def formula_bubble(
@@ -85,7 +97,7 @@ def formula_bubble(
     idle = {
         "zb-h1": (p - 1) * (tf + tb - tw),
         "zb-h2": (p - 1) * (tf + tb - 2 * tw),
-        "dualpipe": (Fraction(p, 2) - 1) * ((tf + tb + tw) + (tb + tw) - 3 * tw),
+        "dualpipe": dualpipe_idle(p, tf, tb, tw),
         "dualpipev": (p - 1) * ((tf + tb + tw) + (tb + tw) - 3 * tw) / 2,
     }[kind]
     return _float(max(Fraction(0), idle) / ideal, "idle/ideal")

@@ -43,7 +43,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 
-from meshplan.core.collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+from meshplan.core.collectives import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    REDUCE_SCATTER,
+    all_gather_bytes,
+    reduce_scatter_bytes,
+    ring_all_reduce_bytes,
+)
 from meshplan.core.resources import read_json
 from meshplan.core.validation import LedgerError
 
@@ -81,7 +88,7 @@ MEGATRON_BPP = BytesPerParam(grads=4)
 FSDP2_BPP = BytesPerParam(weights=4, grads=4, master=0)
 
 
-ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all-reduce", "reduce-scatter", "all-gather"
+WINDOWS = ("forward", "backward", "after")
 
 
 @dataclass(frozen=True)
@@ -93,18 +100,25 @@ class SyncCollective:
         kind: ``"all-reduce"``, ``"reduce-scatter"`` or ``"all-gather"`` (ring costs from ``collectives``).
         wire_bytes: bytes per parameter on the wire (2 for bf16, 4 for fp32).
         per_micro_batch: True if it runs once per micro-batch (m times per step), False once per step.
+        window: the compute it can run under, when the engine overlaps data-parallel traffic (``WINDOWS``):
+            ``"forward"`` (a micro-batch's forward: the weight gathers before each layer), ``"backward"`` (its
+            backward: gradient reductions and the backward's gathers) or ``"after"`` (after the optimizer step: the
+            updated weights' gather, under the next step's first forward).
     """
 
     label: str
     kind: str
     wire_bytes: int = 2
     per_micro_batch: bool = False
+    window: str = field(kw_only=True)
 
     def __post_init__(self) -> None:
         if self.kind not in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER):
             raise ValueError(f"kind={self.kind!r} must be all-reduce, reduce-scatter or all-gather")
         if self.wire_bytes not in (1, 2, 4) or isinstance(self.wire_bytes, bool):
             raise ValueError(f"wire_bytes={self.wire_bytes!r} must be 1, 2 or 4")
+        if self.window not in WINDOWS:
+            raise ValueError(f"window={self.window!r} must be one of {', '.join(WINDOWS)}")
 
     def bytes(self, n: int, params: float, micro_batches: int = 1) -> float:
         """Bytes one rank sends per step for ``params`` parameters over ``n`` ranks."""
@@ -121,19 +135,19 @@ class SyncCollective:
 # the weights are all-gathered before each layer's forward and again before its backward, and the gradients
 # reduce-scattered (§7.2.2: 3Ψ, 1.5× DP).
 LAB_SYNC: dict[int, tuple[SyncCollective, ...]] = {
-    0: (SyncCollective("all-reduce (gradients)", ALL_REDUCE),),
+    0: (SyncCollective("all-reduce (gradients)", ALL_REDUCE, window="backward"),),
     1: (
-        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
-        SyncCollective("all-gather (updated weights)", ALL_GATHER),
+        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER, window="backward"),
+        SyncCollective("all-gather (updated weights)", ALL_GATHER, window="after"),
     ),
     2: (
-        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
-        SyncCollective("all-gather (updated weights)", ALL_GATHER),
+        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER, window="backward"),
+        SyncCollective("all-gather (updated weights)", ALL_GATHER, window="after"),
     ),
     3: (
-        SyncCollective("all-gather (weights, forward)", ALL_GATHER),
-        SyncCollective("all-gather (weights, backward)", ALL_GATHER),
-        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER),
+        SyncCollective("all-gather (weights, forward)", ALL_GATHER, window="forward"),
+        SyncCollective("all-gather (weights, backward)", ALL_GATHER, window="backward"),
+        SyncCollective("reduce-scatter (gradients)", REDUCE_SCATTER, window="backward"),
     ),
 }
 
@@ -142,8 +156,8 @@ LEDGERS = ("lab", "megatron", "fsdp2", "deepspeed")
 ENGINE_KEY = {"megatron": "megatron", "fsdp2": "fsdp2", "deepspeed": "deepspeed"}
 
 
-def _c(label: str, kind: str, wire: int, per_mb: bool) -> SyncCollective:
-    return SyncCollective(label, kind, wire, per_mb)
+def _c(label: str, kind: str, wire: int, per_mb: bool, window: str) -> SyncCollective:
+    return SyncCollective(label, kind, wire, per_mb, window=window)
 
 
 @dataclass(frozen=True)
@@ -270,19 +284,19 @@ MEGATRON = Accounting(
     "megatron",
     MEGATRON_BPP,
     sync={
-        0: (_c("all-reduce (fp32 gradients)", ALL_REDUCE, 4, False),),
+        0: (_c("all-reduce (fp32 gradients)", ALL_REDUCE, 4, False, "backward"),),
         1: (
-            _c("reduce-scatter (fp32 gradients)", REDUCE_SCATTER, 4, False),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+            _c("reduce-scatter (fp32 gradients)", REDUCE_SCATTER, 4, False, "backward"),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False, "after"),
         ),
         2: (
-            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True, "backward"),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False, "after"),
         ),
         3: (
-            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
-            _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True, "forward"),
+            _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True, "backward"),
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True, "backward"),
         ),
     },
     pp_send_divided_by_tp=True,
@@ -308,8 +322,8 @@ MEGATRON = Accounting(
 
 _FSDP2_PP = {
     z: (
-        _c("all-gather (bf16 weights, once per step)", ALL_GATHER, 2, False),
-        _c("reduce-scatter (fp32 gradients, last micro-batch)", REDUCE_SCATTER, 4, False),
+        _c("all-gather (bf16 weights, once per step)", ALL_GATHER, 2, False, "forward"),
+        _c("reduce-scatter (fp32 gradients, last micro-batch)", REDUCE_SCATTER, 4, False, "backward"),
     )
     for z in (2, 3)
 }
@@ -317,19 +331,23 @@ FSDP2 = Accounting(
     "fsdp2",
     FSDP2_BPP,
     sync={
-        0: (_c("all-reduce (fp32 gradients, every micro-batch)", ALL_REDUCE, 4, True),),
+        0: (_c("all-reduce (fp32 gradients, every micro-batch)", ALL_REDUCE, 4, True, "backward"),),
         1: (),
         2: (
-            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True, "forward"),
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True, "backward"),
         ),
         3: (
-            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
-            _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True),
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True, "forward"),
+            _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True, "backward"),
+            _c("reduce-scatter (fp32 gradients, every micro-batch)", REDUCE_SCATTER, 4, True, "backward"),
         ),
     },
-    sync_with_pp={0: (_c("all-reduce (fp32 gradients, every micro-batch)", ALL_REDUCE, 4, True),), 1: (), **_FSDP2_PP},
+    sync_with_pp={
+        0: (_c("all-reduce (fp32 gradients, every micro-batch)", ALL_REDUCE, 4, True, "backward"),),
+        1: (),
+        **_FSDP2_PP,
+    },
     refused={
         "1": "FSDP2 has no ZeRO-1: it shards the gradients whenever it shards the optimizer states "
         "(use zero=2, reshard_after_forward=False)"
@@ -366,19 +384,19 @@ DEEPSPEED = Accounting(
     "deepspeed",
     DEFAULT_BPP,
     sync={
-        0: (_c("all-reduce (bf16 gradients)", ALL_REDUCE, 2, False),),
+        0: (_c("all-reduce (bf16 gradients)", ALL_REDUCE, 2, False, "backward"),),
         1: (
-            _c("all-reduce (bf16 gradients)", ALL_REDUCE, 2, False),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+            _c("all-reduce (bf16 gradients)", ALL_REDUCE, 2, False, "backward"),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False, "after"),
         ),
         2: (
-            _c("all-reduce (bf16 gradients, every micro-batch)", ALL_REDUCE, 2, True),
-            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False),
+            _c("all-reduce (bf16 gradients, every micro-batch)", ALL_REDUCE, 2, True, "backward"),
+            _c("all-gather (bf16 updated weights)", ALL_GATHER, 2, False, "after"),
         ),
         3: (
-            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True),
-            _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True),
-            _c("reduce-scatter (bf16 gradients, every micro-batch)", REDUCE_SCATTER, 2, True),
+            _c("all-gather (bf16 weights, forward)", ALL_GATHER, 2, True, "forward"),
+            _c("all-gather (bf16 weights, backward)", ALL_GATHER, 2, True, "backward"),
+            _c("reduce-scatter (bf16 gradients, every micro-batch)", REDUCE_SCATTER, 2, True, "backward"),
         ),
     },
     refused={

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from meshplan.core.collectives import all_gather_bytes
 from meshplan.parallel.compute import attention_forward_flop
-from meshplan.parallel.cp import kv_bytes_per_layer, kv_width_per_gpu
 from meshplan.parallel.ep import ACT_BYTES, all_to_all_bytes_per_token
 from meshplan.plan import Plan, Report
 from meshplan.steptime import model as steptime
@@ -71,7 +69,8 @@ def layer_time(report: Report, tp_overlap: str | None = None) -> LayerTime:
     NCCL's latency) on the pipeline stage with the most layers, divided by that stage's layers: the average layer,
     whose compute includes its share of the stage's other work (the output head and logits on the last stage).
     TP sends 8 all-gather-sized transfers of s·b·h/c bf16 per layer (4 all-reduces; + 4 with full recomputation;
-    + 4 with Megatron-LM's sequence-parallel re-gather), on the plan's TP link. ``tp_overlap`` defaults to what the
+    + 2 with Megatron-LM's sequence-parallel re-gather: the report's ``collectives["tp"]``), on the plan's TP
+    link. ``tp_overlap`` defaults to what the
     plan's ledger's engine does (``steptime.execution_for``: the lab's and torchtitan's ``"none"``, Megatron-LM's
     ``"backward"``, its asynchronous input-gradient reduction); ``"full"`` is Megatron-LM's ``--tp-comm-overlap``,
     off by default. Units: seconds.
@@ -144,7 +143,8 @@ def ring_overlap(
     attention) under ``Execution.cp_overlap`` and the whole transfer without it. ``execution`` defaults to the
     plan's ledger's engine (``steptime.execution_for``).
 
-    Transfer: ``all_gather_bytes(c, kv_bytes_per_layer(s, b, kv_width_per_gpu))`` at the CP link's bandwidth ×
+    Transfer: one pass of the report's ``collectives["cp"]`` (``cp.cp_collectives``: ``all_gather_bytes(c,
+    kv_bytes_per_layer(s, b, kv_width_per_gpu))``) at the CP link's bandwidth ×
     ``Calibration.link_efficiency``, plus (c − 1) × NCCL's point-to-point latency (``steptime.collective_latency_s``).
     Attention: ``compute.attention_forward_flop`` of the stage's softmax-attention layers (half the pairs for the
     flash kernel, all of them for the dense one) × b ÷ (t·c), at the dense bf16 peak × the documented FlashAttention
@@ -179,9 +179,9 @@ def ring_overlap(
     link = report.link["cp"]
     if link is None:  # a CP group of c > 1 ranks always has a link; a hand-built Report might not
         raise ValueError(f"cp={c}: the report gives the CP group no link")
-    kv_width = int(kv_width_per_gpu(model.kv_width, model.num_key_value_heads, t))
-    kv = all_gather_bytes(c, kv_bytes_per_layer(s, b, kv_width))
-    transfer = kv / (hw.bandwidth(link) * cal.link_efficiency) + (c - 1) * collective_latency_s("send", 2, link)
+    ring = report.collectives["cp"]  # the passes the step-time model prices, each of the same K and V
+    kv = ring[0].bytes_each
+    transfer = kv / (hw.bandwidth(link) * cal.link_efficiency) + collective_latency_s(ring[0].kind, c, link)
     rate = hw.peak_bf16_flop_per_s * ((flash_attention_utilisation(hw) if flash else None) or cal.matmul_efficiency)
     flop = sum(
         attention_forward_flop(model.layers[i], s, flash)
@@ -189,7 +189,7 @@ def ring_overlap(
         if model.layers[i].mixer != "linear_attention"
     )
     attention = flop * b / (t * c) / rate / st.full_attention_layers
-    passes = 3 + (1 if plan.recompute in ("full", "selective") else 0)
+    passes = sum(coll.count for coll in ring)
     return RingOverlap(kv, transfer, attention, passes, st.full_attention_layers, link, ex.cp_overlap)
 
 
@@ -274,7 +274,7 @@ def all_to_all_balance(
     ex = replace(steptime.execution_for(p.accounting.name), pipeline="1f1b")
     mb = steptime.micro_batch(report, st.index, ex)
     link = report.link["ep"]
-    count = steptime.EP_ALL_TO_ALLS_FORWARD * (3 if p.recompute == "full" else 2) * st.moe_layers
+    count = sum(coll.count for coll in report.collectives["ep"]) * st.moe_layers
     latency = count * steptime.collective_latency_s("all-to-all", d.ep, link)
     h, k = p.model.hidden_size, p.model.experts_per_token
     mesh = p.mesh

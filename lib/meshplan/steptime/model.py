@@ -19,18 +19,23 @@ The model (one GPU of the slowest pipeline stage; every term in seconds per step
   - element-wise work (norms, activations, dropout, softmax, residuals; memory-bound): ``hbm_passes`` × the bytes a
     layer stores for its backward (Korthikanti et al. 2022 Table 2 per GPU, the s² score term only with the dense
     kernel) ÷ HBM bandwidth, a third in the forward; full recomputation repeats the forward's.
-* **tp** (``tp_s``): per layer and micro-batch, 4 all-reduce-equivalents = 8 (t−1)/t × s·b·h/c × 2 B transfers
-  (Narayanan et al. 2021 §3.2), +4 with full recompute (its forward runs them again), +4 with Megatron-LM's
-  sequence-parallel re-gather (``Accounting.tp_backward_regather``). Exposed, except as ``Execution.tp_overlap``
-  says: ``"backward"`` hides the column-parallel layers' input-gradient reduction behind the weight-gradient
-  GEMM and the re-gather behind the input-gradient GEMM (Megatron-Core's
+TP, CP and EP are priced from the report's own lists of collectives (``Report.collectives``: ``tp.tp_collectives``,
+``cp.cp_collectives``, ``ep.ep_collectives``), the lists whose ledger entries the report's bytes sum: each entry's
+bytes at the link's achieved bandwidth plus its latency, × its count × the stage's layers.
+
+* **tp** (``tp_s``): per layer and micro-batch, the reduce-scatter and all-gather of each of the two blocks'
+  all-reduces forward and backward = 8 (t−1)/t × s·b·h/c × 2 B transfers (Narayanan et al. 2021 §3.2), +4 with full
+  recompute (its forward runs them again), +2 with Megatron-LM's sequence-parallel re-gather
+  (``Accounting.tp_backward_regather``). Exposed, except as ``Execution.tp_overlap`` says: ``"backward"`` hides the
+  entries a GEMM can cover (``Collective.hidden_by``: the column-parallel layers' input-gradient reduction behind
+  the weight-gradient GEMM, the re-gather behind the input-gradient GEMM; Megatron-Core's
   ``LinearWithGradAccumulationAndAsyncCommunication``, always on); ``"full"`` hides everything the GEMMs can cover
   (``--tp-comm-overlap``, off by default: ``data/engines/conventions.md``); ``"none"`` hides nothing (torchtitan,
   whose async TP is off by default; DeepSpeed).
 * **cp** (``cp_s``): the K/V ring of every full-attention layer, forward (K, V) and backward (K, V and their
-  gradients: twice), overlapped with the attention of the chunk in hand (Ring Attention, Liu et al. 2023): only
-  what outlasts the attention compute shows, max(0, transfer − attention) per pass; ``Execution.cp_overlap=False``
-  (Llama 3's all-gather CP, §3.3.2) exposes it all.
+  gradients: twice; once more when recomputation re-runs the attention), overlapped with the attention of the
+  chunk in hand (Ring Attention, Liu et al. 2023): only what outlasts the attention compute shows, max(0, transfer
+  − attention) per pass; ``Execution.cp_overlap=False`` (Llama 3's all-gather CP, §3.3.2) exposes it all.
 * **ep** (``ep_s``): dispatch and combine all-to-alls per MoE layer, forward and backward (+2 with full
   recompute), exposed; with DualPipe (``Execution.pipeline="dualpipe"``) one micro-batch's all-to-alls overlap
   another's compute (DeepSeek-V3 §3.2.1): only max(0, all-to-all − compute) shows.
@@ -72,25 +77,19 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
-from meshplan.core.collectives import all_gather_bytes, all_to_all_bytes
+from meshplan.core.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, RING_PASS, Collective
 from meshplan.core.resources import read_json
 from meshplan.parallel import compute
 from meshplan.parallel.activations import activation_bytes_per_layer
-from meshplan.parallel.cp import kv_bytes_per_layer, kv_width_per_gpu
-from meshplan.parallel.ep import tokens_per_gpu
 from meshplan.parallel.zero import sync_terms
 from meshplan.plan import Plan, Report
-from meshplan.spec.accounting import ALL_GATHER, ALL_REDUCE, SyncCollective
+from meshplan.schedule.formulas import dualpipe_idle
 from meshplan.spec.hardware import Hardware
 from meshplan.spec.models.spec import ModelSpec
 from meshplan.spec.stages import Stage
 
 TERMS = ("compute_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s", "optimizer_s")
 ACT_BYTES = 2  # bf16 activations on the wire
-TP_UNITS_PER_LAYER = 8  # 4 all-reduces = 8 all-gather-sized transfers per layer per micro-batch
-TP_FORWARD_UNITS = 4  # two all-reduces forward (after attention and after the MLP)
-TP_HIDDEN_BY_WGRAD = 2  # the column-parallel layers' input-gradient reduction (Megatron-Core async dgrad)
-EP_ALL_TO_ALLS_FORWARD = 2  # dispatch and combine; the backward runs both again
 FLASH_BACKWARD_PER_FORWARD = 2.5  # FlashAttention's backward recomputes QKᵀ: 5 matmuls against the forward's 2
 WEIGHT_READS_PER_MICRO_BATCH = 2  # each bf16 weight is read by the forward and by the input-gradient GEMM
 # NCCL's ring latency model, Ring/Simple protocol: NVIDIA/nccl src/graph/tuning.cc#L54-L78 at b6475625
@@ -201,8 +200,20 @@ def dualpipe(plan: Plan, ex: Execution) -> bool:
 
 
 def execution_for(accounting: str) -> Execution:
-    """The default ``Execution`` of a ledger's engine (``ENGINE_EXECUTION``; the lab ledger's for any other name)."""
-    return ENGINE_EXECUTION.get(accounting, ENGINE_EXECUTION["lab"])
+    """The default ``Execution`` of a ledger's engine (``ENGINE_EXECUTION``); ValueError naming the ledgers for any
+    other name.
+
+        >>> execution_for("megatron").tp_overlap
+        'backward'
+        >>> execution_for("nemo")
+        Traceback (most recent call last):
+        ...
+        ValueError: accounting='nemo' has no engine execution: one of lab, megatron, fsdp2, deepspeed
+    """
+    ex = ENGINE_EXECUTION.get(accounting)
+    if ex is None:
+        raise ValueError(f"accounting={accounting!r} has no engine execution: one of {', '.join(ENGINE_EXECUTION)}")
+    return ex
 
 
 @dataclass(frozen=True)
@@ -241,7 +252,8 @@ def _hbm(hw: Hardware) -> float:
 
 def collective_latency_s(kind: str, n: int, link: str | None) -> float:
     """NCCL's ring latency of one collective over ``n`` ranks on ``link``: 8.4 µs + steps × per-step latency, with
-    2(n−1) steps for an all-reduce, n−1 for an all-gather or reduce-scatter, 1 for a send or an all-to-all. Every
+    2(n−1) steps for an all-reduce, n−1 for an all-gather or reduce-scatter, 1 for a send or an all-to-all; a ring
+    pass (Ring Attention's K/V) is n − 1 sends one after another. Every
     step of a group that crosses nodes is charged the network's 14 µs (an upper bound: NCCL charges only the
     inter-node steps so).
 
@@ -250,7 +262,9 @@ def collective_latency_s(kind: str, n: int, link: str | None) -> float:
     """
     if n <= 1 or link is None:
         return 0.0
-    steps = {ALL_REDUCE: 2 * (n - 1), "reduce-scatter": n - 1, ALL_GATHER: n - 1, "send": 1, "all-to-all": 1}[kind]
+    if kind == RING_PASS:  # n − 1 point-to-point sends, one after another round the ring
+        return (n - 1) * collective_latency_s("send", 2, link)
+    steps = {ALL_REDUCE: 2 * (n - 1), REDUCE_SCATTER: n - 1, ALL_GATHER: n - 1, "send": 1, ALL_TO_ALL: 1}[kind]
     return NCCL_BASE_LATENCY_S + steps * NCCL_HOP_LATENCY_S[link]
 
 
@@ -272,14 +286,8 @@ class _LayerWork:
         return prefix[layers.stop] - prefix[layers.start]
 
 
-_WORK_CACHE: dict[tuple[int, int, bool], tuple[ModelSpec, _LayerWork]] = {}
-
-
+@lru_cache(maxsize=256)  # keyed on the model itself: a ModelSpec hashes its layers once
 def _layer_work(model: ModelSpec, seq: int, causal: bool) -> _LayerWork:
-    key = (id(model), seq, causal)
-    hit = _WORK_CACHE.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]
     cols: list[list[float]] = [[0.0] for _ in range(6)]
     for layer in model.layers:
         a = compute.attention_forward_flop(layer, seq, causal)
@@ -295,11 +303,7 @@ def _layer_work(model: ModelSpec, seq: int, causal: bool) -> _LayerWork:
         )
         for col, x in zip(cols, row, strict=True):
             col.append(col[-1] + x)
-    work = _LayerWork(*(tuple(col) for col in cols))
-    if len(_WORK_CACHE) > 256:
-        _WORK_CACHE.clear()
-    _WORK_CACHE[key] = (model, work)
-    return work
+    return _LayerWork(*(tuple(col) for col in cols))
 
 
 def flash_attention_utilisation(hw: Hardware) -> float | None:
@@ -388,61 +392,44 @@ def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> 
     backward = (gemm - gemm_f) + compute.BACKWARD_PER_FORWARD * linear_f + softmax_b + extra + 2 * mem / 3 + mem_extra
     attention_pass = softmax_f
 
-    def wire(n_bytes: float, link: str | None) -> float:
-        return n_bytes / (hw.bandwidth(link) * cal.link_efficiency) if link else 0.0
+    def seconds(coll: Collective, link: str) -> float:
+        """One of ``coll``'s collectives on ``link``: its bytes at the link's achieved bandwidth, plus latency."""
+        return coll.bytes_each / (hw.bandwidth(link) * cal.link_efficiency) + collective_latency_s(
+            coll.kind, coll.ranks, link
+        )
 
-    # ---- TP
+    # ---- TP: the report's collectives per layer (the ledger's, plus what recomputation re-runs), n layers
     tp_s = 0.0
     link = report.link["tp"]
     if t > 1 and link:
-        unit = wire(all_gather_bytes(t, s // c * b * h * ACT_BYTES), link) + collective_latency_s(ALL_GATHER, t, link)
-        units_fwd = TP_FORWARD_UNITS * (2 if p.recompute == "full" else 1)
-        units_bwd = TP_UNITS_PER_LAYER - TP_FORWARD_UNITS
-        regather = 2 * 2 if (p.accounting.tp_backward_regather and p.sequence_parallel) else 0
-        if ex.tp_overlap == "none":
-            tp_s = (units_fwd + units_bwd + regather) * unit * n
-        elif ex.tp_overlap == "backward":
-            tp_s = (units_fwd + units_bwd - TP_HIDDEN_BY_WGRAD) * unit * n
+        coll = report.collectives["tp"]
+        if ex.tp_overlap == "backward":  # Megatron-Core hides what a GEMM can cover in the backward
+            tp_s = sum(x.count * seconds(x, link) for x in coll if x.hidden_by is None) * n
         else:
-            tp_s = max(0.0, (units_fwd + units_bwd + regather) * unit * n - gemm)
+            tp_s = sum(x.count * seconds(x, link) for x in coll) * n
+            if ex.tp_overlap == "full":
+                tp_s = max(0.0, tp_s - gemm)
 
-    # ---- CP: the K/V ring of the full-attention layers, forward once, backward twice (+1 forward with recompute)
+    # ---- CP: the K/V ring of the full-attention layers (every pass of the report's list), each pass under the
+    # attention of the chunk in hand when the engine overlaps it
     cp_s = 0.0
     link = report.link["cp"]
     if c > 1 and link and st.full_attention_layers:
-        kv = kv_bytes_per_layer(s, b, int(kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t)))
-        per_pass = wire(all_gather_bytes(c, kv), link) + (c - 1) * collective_latency_s("send", 2, link)
-        ring_passes = 3 + (1 if p.recompute in ("full", "selective") else 0)
-        if ex.cp_overlap:
-            attn_pass = attention_pass / st.full_attention_layers
-            cp_s = ring_passes * st.full_attention_layers * max(0.0, per_pass - attn_pass)
-        else:
-            cp_s = ring_passes * st.full_attention_layers * per_pass
+        attn_pass = attention_pass / st.full_attention_layers
+        for ring in report.collectives["cp"]:
+            per_pass = seconds(ring, link)
+            if ex.cp_overlap and ring.hidden_by == "attention":
+                per_pass = max(0.0, per_pass - attn_pass)
+            cp_s += ring.count * st.full_attention_layers * per_pass
 
-    # ---- EP: dispatch + combine, forward and backward (+ forward again with full recompute)
+    # ---- EP: the report's all-to-alls per MoE layer, exposed (DualPipe hides them under another micro-batch)
     ep_s = 0.0
     link = report.link["ep"]
     if e > 1 and link and st.moe_layers:
-        tokens = tokens_per_gpu(s, b, c, t, p.sequence_parallel)
-        one = wire(all_to_all_bytes(e, tokens * m.experts_per_token * h * ACT_BYTES), link) + collective_latency_s(
-            "all-to-all", e, link
-        )
-        count = EP_ALL_TO_ALLS_FORWARD * (3 if p.recompute == "full" else 2)
-        ep_s = count * one * st.moe_layers
+        ep_s = sum(x.count * seconds(x, link) for x in report.collectives["ep"]) * st.moe_layers
         if dualpipe(p, ex):
             ep_s = max(0.0, ep_s - forward - backward)
     return MicroBatch(forward, backward, gemm, tp_s, cp_s, ep_s)
-
-
-def _window_of(c: SyncCollective) -> str:
-    """When a data-parallel collective can run: under a micro-batch's ``"forward"`` (weight gathers), its
-    ``"backward"`` (gradient reductions, backward gathers) or ``"after"`` the optimizer step (the updated weights'
-    gather, overlapped with the next step's first forward)."""
-    if "updated weights" in c.label:
-        return "after"
-    if c.kind == ALL_GATHER and "backward" not in c.label:
-        return "forward"
-    return "backward"
 
 
 def _dp_exposed_s(report: Report, mb: MicroBatch, units: int, ex: Execution, cal: Calibration) -> float:
@@ -467,7 +454,7 @@ def _dp_exposed_s(report: Report, mb: MicroBatch, units: int, ex: Execution, cal
                 continue
             seconds += n_bytes * share / occurrences / (hw.bandwidth(link) * cal.link_efficiency)
             seconds += units * collective_latency_s(c.kind, groups[key], link)
-        slots[_window_of(c)][0 if c.per_micro_batch else 1] += seconds
+        slots[c.window][0 if c.per_micro_batch else 1] += seconds
     if not ex.dp_overlap:
         return sum(m * every + once for every, once in slots.values())
 
@@ -530,7 +517,8 @@ def step_time(report: Report, execution: Execution | None = None, calibration_: 
     if pp == 1:
         bubble = 0.0
     elif dualpipe(p, ex):
-        bubble = max(pp / 2 - 1, 0) * (mb.forward_s + mb.backward_s / 2 + mb.tp_s + mb.cp_s)
+        # W = B/2: the weight-gradient half of the backward (DeepSeek-V3 Table 2's W)
+        bubble = dualpipe_idle(pp, mb.forward_s + mb.tp_s + mb.cp_s, mb.backward_s / 2, mb.backward_s / 2)
     else:
         bubble = report.bubble * m * slot
     units = max(p.stages[k].num_layers, 1)
