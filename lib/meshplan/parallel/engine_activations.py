@@ -962,22 +962,16 @@ def _layer_bytes_cached(
     )
 
 
+@lru_cache(maxsize=4096)
 def _model_parts(
-    layers: tuple[LayerSpec, ...],
-    h: int,
-    vocab: int,
-    s: int,
-    b: int,
-    impl: Implementation,
-    recompute: str,
-    tp: int,
-    sp: bool,
-    device: str,
+    spec: ModelSpec, s: int, b: int, recompute: str, tp: int, sp: bool, device: str
 ) -> tuple[float, float]:
+    """(bytes the first stage keeps outside its layers, bytes the last stage keeps) for one micro-batch."""
+    impl = spec_implementation(spec)
     terms = model_level_terms(
-        layers,
-        h,
-        vocab,
+        spec.layers,
+        spec.hidden_size,
+        spec.vocab_size,
         s,
         b,
         family=impl,
@@ -990,10 +984,6 @@ def _model_parts(
     first = sum(t.nbytes for t in terms if t.part in _FIRST_PARTS)
     last = sum(t.nbytes for t in terms if t.part in _LAST_PARTS)
     return first, last
-
-
-_STAGE_CACHE: dict[tuple, tuple[tuple[LayerSpec, ...], tuple[float, float]]] = {}
-_PARTS_CACHE: dict[tuple, tuple[tuple[LayerSpec, ...], tuple[float, float]]] = {}
 
 
 def spec_implementation(spec: ModelSpec) -> Implementation:
@@ -1030,30 +1020,28 @@ def stage_bytes(
         raise ValueError(f"model {spec.name!r} has no per-layer description (ModelSpec.layers is empty)")
     _positive(seq=seq, batch=batch, tp=tp)
     sp = tp > 1 if sp is None else sp
-    # everything the bytes depend on: the layers (by identity: hashing every layer costs more than the sum), the
-    # spec's fields its implementation and model-level terms read, the shape and the choices
-    model_key = (id(spec.layers), spec.hidden_size, spec.vocab_size, spec.family, spec.final_logit_softcapping is None)
-    key = (model_key, layers.start, layers.stop, layers.step, seq, batch, recompute, tp, sp, first, last, device)
-    hit = _STAGE_CACHE.get(key)
-    if hit is not None and hit[0] is spec.layers:  # the layers tuple is kept alive, so its id is not reused
-        return hit[1]
+    return _stage_bytes(spec, layers, seq, batch, recompute, tp, sp, first, last, device)
+
+
+# Keyed on the model itself (a ModelSpec hashes its layers once) and on everything else the bytes depend on.
+@lru_cache(maxsize=65536)
+def _stage_bytes(
+    spec: ModelSpec,
+    layers: range,
+    seq: int,
+    batch: int,
+    recompute: str,
+    tp: int,
+    sp: bool,
+    first: bool,
+    last: bool,
+    device: str,
+) -> tuple[float, float]:
     impl = spec_implementation(spec)
     h = spec.hidden_size
     in_layers = sum(_layer_bytes_cached(spec.layers[i], h, seq, batch, impl, recompute, tp, sp, device) for i in layers)
     rest = 0.0
     if first or last:  # a middle stage keeps nothing outside its layers
-        parts_key = (model_key, seq, batch, recompute, tp, sp, device)
-        parts = _PARTS_CACHE.get(parts_key)
-        if parts is None or parts[0] is not spec.layers:
-            args = (spec.layers, h, spec.vocab_size, seq, batch, impl, recompute, tp, sp, device)
-            parts = (spec.layers, _model_parts(*args))
-            if len(_PARTS_CACHE) > 4096:
-                _PARTS_CACHE.clear()
-            _PARTS_CACHE[parts_key] = parts
-        f, l_ = parts[1]
+        f, l_ = _model_parts(spec, seq, batch, recompute, tp, sp, device)
         rest = (f if first else 0.0) + (l_ if last else 0.0)
-    out = (in_layers, rest)
-    if len(_STAGE_CACHE) > 65536:
-        _STAGE_CACHE.clear()
-    _STAGE_CACHE[key] = (spec.layers, out)
-    return out
+    return in_layers, rest

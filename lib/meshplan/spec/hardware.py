@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from meshplan.core.resources import DATA_DIR
+from meshplan.core.schemas import check
 
 HARDWARE_DIR = DATA_DIR / "hardware"
 DEFAULT_HARDWARE = "lab"
@@ -97,37 +98,34 @@ def available_hardware() -> list[str]:
     return sorted(p.stem for p in HARDWARE_DIR.glob("*.json"))
 
 
-def _read(path: Path) -> Hardware:
+def _read(path: Path, shipped: bool = False) -> Hardware:
+    """The hardware file ``path``: its structure checked by ``data/schemas/hardware.schema.json``, its values by
+    ``Hardware``; every error names the file and the field. A ``shipped`` preset is checked against the schema only
+    if it fails to load (tests/test_data_schemas.py checks every preset): planning with a preset never imports
+    jsonschema, whose import (about 0.1 s) would be a third of the command line's start."""
+    where = f"malformed hardware file {str(path)!r}"
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"cannot read hardware file {str(path)!r}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"malformed hardware file {str(path)!r}: expected a JSON object")
-    values: dict[str, Any] = {}  # JSON values, checked by Hardware
-    sources: list[tuple[str, str]] = []
-    known = {f.name for f in fields(Hardware)}
-    for k in (*REQUIRED, *OPTIONAL):
-        entry = raw.get(k)
-        if entry is None:
-            if k in REQUIRED:
-                raise ValueError(f"malformed hardware file {str(path)!r}: missing {k!r}")
-            values[k] = None
-            continue
-        if not isinstance(entry, dict) or "value" not in entry or not isinstance(entry.get("source"), str):
-            raise ValueError(f'malformed hardware file {str(path)!r}: {k!r} must be {{"value": ..., "source": ...}}')
-        values[k] = entry["value"]
-        sources.append((k, entry["source"]))
-    name = raw.get("name", path.stem)
-    label = raw.get("label", "")
-    if not isinstance(name, str) or not isinstance(label, str):
-        raise ValueError(f"malformed hardware file {str(path)!r}: 'name' and 'label' must be strings")
+    if not shipped:
+        check(raw, "hardware", where)
     try:
+        present = [k for k in (*REQUIRED, *OPTIONAL) if raw.get(k) is not None]
+        values: dict[str, Any] = {k: raw[k]["value"] if k in present else None for k in (*REQUIRED, *OPTIONAL)}
         return Hardware(
-            name=name, label=label, sources=tuple(sources), **{k: v for k, v in values.items() if k in known}
+            name=raw.get("name", path.stem),
+            label=raw.get("label", ""),
+            sources=tuple((k, raw[k]["source"]) for k in present),
+            **values,
         )
     except ValueError as exc:
-        raise ValueError(f"malformed hardware file {str(path)!r}: {exc}") from None
+        if shipped:
+            check(raw, "hardware", where)  # the schema's message, when the structure is what is wrong
+        raise ValueError(f"{where}: {exc}") from None
+    except (AttributeError, KeyError, TypeError):  # only a shipped preset gets here unchecked
+        check(raw, "hardware", where)
+        raise
 
 
 @cache
@@ -146,7 +144,7 @@ def load_hardware(name: str | None = None) -> Hardware:
     except OSError:  # e.g. a name longer than the file system allows
         preset = False
     if preset:
-        return _read(path)
+        return _read(path, shipped=True)
     p = Path(text)
     try:
         is_file = p.is_file()

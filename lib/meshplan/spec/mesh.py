@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
+from functools import cached_property
 from math import gcd
+from types import MappingProxyType
 from typing import Any
 
 from meshplan.core.validation import PlanError, check_count
@@ -68,7 +70,6 @@ class Mesh:
     strides: Mapping[str, int] = field(init=False, repr=False)
     # ``from_dims``: a ParallelDims already validated, which the mesh takes as it is (sizes, order, ep, etp)
     validated: InitVar[ParallelDims | None] = field(default=None, kw_only=True)
-    _link_cache: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self, validated: ParallelDims | None) -> None:
         if validated is not None:
@@ -228,9 +229,12 @@ class Mesh:
         the residues r0 mod g of the groups' first ranks take at most g values (g = GPUs per node), so the work
         is bounded by g, not by the world size. Other expert groups are enumerated."""
         self._check_axis(axis)
-        if axis not in self._link_cache:
-            self._link_cache[axis] = self._link(axis)
-        return self._link_cache[axis]
+        return self._links[axis]
+
+    @cached_property
+    def _links(self) -> Mapping[str, str | None]:
+        """The link of every axis (``GROUP_AXES``), worked out on first use: the mesh is frozen."""
+        return MappingProxyType({a: self._link(a) for a in GROUP_AXES})
 
     def _link(self, axis: str) -> str | None:
         n = self.size(axis)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from meshplan.core.validation import check_count
 from meshplan.spec.model import ModelSpec
@@ -123,27 +124,17 @@ def _prefix(values) -> tuple[int, ...]:
     return tuple(out)
 
 
-# Built once per model object: a search evaluates thousands of plans of one model. Each entry keeps its model
-# alive, so the id cannot be reused while the entry stands; the cache is emptied when it holds 64 models.
-_TABLES: dict[int, tuple[ModelSpec, _LayerTables]] = {}
-
-
+# Built once per model: a search evaluates thousands of plans of one model (ModelSpec hashes itself once).
+@lru_cache(maxsize=64)
 def _layer_tables(model: ModelSpec) -> _LayerTables:
-    hit = _TABLES.get(id(model))
-    if hit is not None and hit[0] is model:
-        return hit[1]
     L = model.num_layers
     lexp = model.layer_expert_params or (0,) * L
-    tables = _LayerTables(
+    return _LayerTables(
         dense=_prefix(model.layer_params[i] - lexp[i] for i in range(L)),
         experts=_prefix(lexp),
         moe=_prefix(1 if x else 0 for x in lexp),
         full=_prefix(int(_full_attention(model, i)) for i in range(L)) if model.layers else None,
     )
-    if len(_TABLES) >= 64:
-        _TABLES.clear()
-    _TABLES[id(model)] = (model, tables)
-    return tables
 
 
 def stages(

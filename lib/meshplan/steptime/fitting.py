@@ -7,10 +7,11 @@ per step by the paper's own FLOP count (``published_step_s``), and ``steptime.st
 
 The fit set is declared here, before any other run is looked at: **Narayanan et al. 2021 Table 1** (``FIT_SET``, ten
 GPT models from 1.7B to 1T parameters on 32 to 3,072 A100s). The three constants of ``steptime.Calibration`` are
-fitted on it alone, minimising the squared log ratio of predicted to published step time (Nelder–Mead, numpy only,
-deterministic). Every other plannable run is held out and scored separately: Korthikanti et al. 2022 Table 5, Llama 3
-Table 4, and the runs ``published_runs.json`` marks ``held_out`` (BLOOM, MT-NLG, torchtitan on A100). Runs that
-cannot be scored say why (``UNSCORED``).
+fitted on it alone, minimising the squared log ratio of predicted to published step time (least squares in the log
+ratios, ``scipy.optimize.least_squares`` within each constant's physical range; deterministic). Every other
+plannable run is held out and scored separately: Korthikanti et al. 2022 Table 5, Llama 3 Table 4, and the runs
+``published_runs.json`` marks ``held_out`` (BLOOM, MT-NLG, torchtitan on A100). Runs that cannot be scored say why
+(``UNSCORED``).
 
     >>> rows = {r.id: r for r in validate()}
     >>> rows["korthikanti2022-175b"].group
@@ -26,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from meshplan.core.resources import read_json
+from meshplan.core.resources import data_path, read_json
+from meshplan.core.schemas import check
 from meshplan.plan import Plan, Report, evaluate
 from meshplan.spec.hardware import load_hardware
 from meshplan.spec.model import ModelSpec, load_model, model_from_config
@@ -200,8 +202,11 @@ def run_execution(r: dict) -> Execution:
 
 @lru_cache(maxsize=1)
 def published_runs() -> tuple[dict, ...]:
-    """The runs of ``data/published_runs.json``."""
-    return tuple(read_json("published_runs.json")["runs"])
+    """The runs of ``data/published_runs.json``, checked against ``data/schemas/published_runs.schema.json`` (a
+    ValueError names the file and the field)."""
+    data = read_json("published_runs.json")
+    check(data, "published_runs", f"malformed data file {str(data_path('published_runs.json'))!r}")
+    return tuple(data["runs"])
 
 
 def run(run_id: str) -> dict:
@@ -425,79 +430,34 @@ def summary(rows: Sequence[Row]) -> dict[str, dict[str, float]]:
 
 
 # ---------------------------------------------------------------- the fit
-def _nelder_mead(
-    f: Callable[[list[float]], float], x0: list[float], step: float = 0.1, iters: int = 400, tol: float = 1e-10
-) -> list[float]:
-    """Minimise ``f`` from ``x0`` (Nelder & Mead 1965, standard coefficients); deterministic."""
-    n = len(x0)
-    simplex = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)]
-    values = [f(x) for x in simplex]
-    for _ in range(iters):
-        order = sorted(range(n + 1), key=values.__getitem__)
-        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
-        if values[-1] - values[0] < tol:
-            break
-        centroid = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
-        worst = simplex[-1]
-
-        def toward(t: float, centroid: list[float] = centroid, worst: list[float] = worst) -> list[float]:
-            return [c + t * (w - c) for c, w in zip(centroid, worst, strict=True)]
-
-        reflected = toward(-1.0)
-        fr = f(reflected)
-        if fr < values[0]:
-            expanded = toward(-2.0)
-            fe = f(expanded)
-            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
-        elif fr < values[-2]:
-            simplex[-1], values[-1] = reflected, fr
-        else:
-            contracted = toward(0.5)
-            fc = f(contracted)
-            if fc < values[-1]:
-                simplex[-1], values[-1] = contracted, fc
-            else:
-                best = simplex[0]
-                simplex = [best] + [[b + 0.5 * (x - b) for b, x in zip(best, s, strict=True)] for s in simplex[1:]]
-                values = [values[0]] + [f(x) for x in simplex[1:]]
-    return simplex[min(range(n + 1), key=values.__getitem__)]
-
-
-def _from_unit(z: list[float]) -> Calibration:
-    """Map unconstrained coordinates into each constant's physical range (a logistic squash)."""
-    vals = {}
-    for (name, (lo, hi)), x in zip(PHYSICAL_RANGES.items(), z, strict=True):
-        vals[name] = lo + (hi - lo) / (1 + math.exp(-x))
-    return Calibration(**vals)
-
-
-def _to_unit(cal: Calibration) -> list[float]:
-    out = []
-    for name, (lo, hi) in PHYSICAL_RANGES.items():
-        u = (getattr(cal, name) - lo) / (hi - lo)
-        out.append(math.log(u / (1 - u)))
-    return out
-
-
-FIT_START = Calibration(0.6, 4.0, 0.8)  # where Nelder–Mead starts: mid-range values, not the answer
+FIT_START = Calibration(0.6, 4.0, 0.8)  # where the fit starts: mid-range values, not the answer
 
 
 def fit(start: Calibration = FIT_START) -> Calibration:
-    """The three constants minimising Σ log²(predicted ÷ published) over the fit set (Narayanan 2021 Table 1)."""
+    """The three constants minimising Σ log²(predicted ÷ published) over the fit set (Narayanan 2021 Table 1): a
+    least-squares problem in the residuals log(predicted ÷ published), solved by ``scipy.optimize.least_squares``
+    (trust-region reflective, each constant kept inside its ``PHYSICAL_RANGES``), rounded to 4 decimals."""
+    # scipy is imported here, not with the module: only a refit needs it (scripts/validate_steptime.py --write-fit
+    # and its test); the course's pages import this module for the published runs and plans, and the stored fit
+    # (data/steptime_fit.json) is all the step-time model reads. Importing scipy.optimize costs about 0.3 s.
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]
+
     cases = [(rid, r, report, v) for rid, r, report, v in _cases() if rid.startswith(FIT_SET)]
     pubs = [published_step_s(r, report, v).step_s for _, r, report, v in cases]
     execs = [run_execution(r) for _, r, _, _ in cases]
 
-    def loss(z: list[float]) -> float:
-        cal = _from_unit(z)
-        return sum(
-            math.log(step_time(report, ex, cal).total_s / pub) ** 2
+    def residuals(x: Sequence[float]) -> list[float]:
+        cal = Calibration(*(float(v) for v in x))
+        return [
+            math.log(step_time(report, ex, cal).total_s / pub)
             for (_, _, report, _), ex, pub in zip(cases, execs, pubs, strict=True)
-        )
+        ]
 
-    best = _nelder_mead(loss, _to_unit(start), step=0.5, iters=600)
-    c = _from_unit(best)
-    return Calibration(*(round(getattr(c, k), 4) for k in PHYSICAL_RANGES))
+    lo, hi = zip(*PHYSICAL_RANGES.values(), strict=True)
+    best = least_squares(residuals, [getattr(start, k) for k in PHYSICAL_RANGES], bounds=(lo, hi), method="trf")
+    if not best.success:  # scipy's status ≤ 0: the iteration limit, or improper input
+        raise RuntimeError(f"the step-time fit did not converge: {best.message}")
+    return Calibration(*(round(float(x), 4) for x in best.x))
 
 
 def ratio_errors(rows: Sequence[Row]) -> list[float]:
@@ -538,7 +498,7 @@ def fit_record(cal: Calibration, rows: Sequence[Row]) -> dict:
         "fit_set": {
             "declared": f"run ids starting with {FIT_SET!r}: Narayanan et al. 2021 Table 1",
             "runs": fit_ids,
-            "loss": "sum over the fit set of log(predicted / published step time)^2, Nelder-Mead",
+            "loss": "sum over the fit set of log(predicted / published step time)^2, scipy.optimize.least_squares",
         },
         "constants": {
             k: {"value": getattr(cal, k), "physical_range": list(PHYSICAL_RANGES[k]), "meaning": MEANINGS[k]}

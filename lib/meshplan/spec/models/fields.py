@@ -16,6 +16,12 @@ Every error is one ``ConfigError`` (a ``ValueError``) line naming the file, the 
 ``Fields`` remembers which keys a family's loader read, so that a key which changes the parameter count but which
 that loader does not understand (experts in a config labelled ``llama``) is refused by ``refuse_unread`` instead of
 being silently ignored.
+
+Not a JSON Schema or a pydantic model: what a config must hold depends on the family and on its other keys (a
+``layer_types`` list as long as ``num_hidden_layers``, ``head_dim`` defaulting to hidden ÷ heads, ranges a loader
+passes per key, sections read only when present), so a schema would be one per family plus these rules in code,
+and its errors ("Input should be a valid integer [type=int_type, input_value='4096', input_type=str]") would need
+translating back into the sentences above; nor can a schema say which keys a loader read.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from meshplan.core.schemas import show  # how an error shows a value; spec.model and the readers import it from here
 from meshplan.core.validation import ConfigError
 
 MAX_INT = 2**40  # widths, vocabularies, ranks, expert counts: far above any model, far below float trouble
@@ -95,17 +102,6 @@ _EXPERT_COUNTS = {
     "vision_config",
     "text_config",
 }
-
-
-def show(value: Any) -> str:
-    """``repr(value)`` cut to one short line (a 400-digit integer is shown by its size, not its digits)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        text = repr(value)
-    except (RecursionError, ValueError):  # nested too deeply, or an integer beyond Python's str() limit
-        return f"a {type(value).__name__} too large to show"
-    return text if len(text) <= 60 else text[:50] + f"... ({len(text):,} characters)"
 
 
 def _neutral(value: Any) -> bool:
