@@ -13,9 +13,11 @@ the layers below it (``make lint`` checks it with import-linter, ``.importlinter
 * ``course``: what the book shows (evolution map, lab page, published runs, figures, derivations);
 * ``cli``: the command line.
 
-This module re-exports the front door: ``Plan``, ``evaluate``, the loaders and the parts' types.
+This module re-exports the front door: ``Plan``, ``evaluate``, the loaders, the parts' types and the errors a bad
+input raises (``MeshplanError``, a ``ValueError``, and its kinds).
 """
 
+from meshplan.core.validation import ConfigError, LedgerError, MeshplanError, PlanError
 from meshplan.plan import Plan, Report, Workload, evaluate
 from meshplan.spec.accounting import (
     DEFAULT_BPP,
@@ -38,12 +40,16 @@ __all__ = [
     "MEGATRON_BPP",
     "Accounting",
     "BytesPerParam",
+    "ConfigError",
     "Hardware",
+    "LedgerError",
     "Mesh",
+    "MeshplanError",
     "ModelSpec",
     "ParallelDims",
     "ParamCount",
     "Plan",
+    "PlanError",
     "Report",
     "Workload",
     "available_hardware",

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from meshplan import __version__
 from meshplan.core.units import GB
+from meshplan.core.validation import check_count, check_zero
 from meshplan.export import ENGINE_LEDGER, FORMATS, export_text
 from meshplan.plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
 from meshplan.plan.reporting import format_report
@@ -24,7 +25,7 @@ from meshplan.realrun import format_table, validate
 from meshplan.schedule import KINDS, format_timeline, simulate
 from meshplan.search import format_search, search
 from meshplan.spec.accounting import LEDGERS
-from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, check_count, parse_order
+from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, parse_order
 from meshplan.spec.hardware import available_hardware, load_hardware
 from meshplan.steptime import execution_for
 from meshplan.steptime.contract import plan_json
@@ -61,9 +62,11 @@ def _int(name: str, limit: int | None = None) -> Callable[[str], int]:
 
 
 def _zero(text: str) -> int:
-    if text not in ("0", "1", "2", "3"):
-        raise argparse.ArgumentTypeError(f"zero={text[:40]!r} must be 0, 1, 2 or 3")
-    return int(text)
+    """A ZeRO stage option, checked by the library's one ZeRO-stage check (its message)."""
+    try:
+        return check_zero(int(text) if text in ("0", "1", "2", "3") else text[:40])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _number(name: str, limit: float) -> Callable[[str], float]:
