@@ -36,10 +36,8 @@ BUILD_LOG := _build/book.log
 
 PYTEST   := $(VENV_BIN)/python -m pytest
 LAB_NOTEBOOK ?= notebooks/00_evolution_map.ipynb
-# Strict nbval, each notebook in a kernel forked from a process that has already imported the notebooks' libraries
-# (tests/warm_kernels.py; --nbval-current-env instead gives plain kernels of this environment).
-NBVAL    := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg -p warm_kernels --nbval-kernel-name meshplan-warm \
-  --nbval-cell-timeout=300
+# Strict nbval, each notebook in a plain kernel of this environment (the venv's Python).
+NBVAL    := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env --nbval-cell-timeout=300
 STORED_CONFIG := _build/config-stored.yml
 
 .PHONY: venv chromium node book book-stored test check lint clean distclean

@@ -3,8 +3,8 @@
 * ``site``: needs the built book (``_build/html``): the site's offline, layout and per-chapter browser checks;
 * ``browser``: drives Debian's Chromium (the site tests, the standalone widget pages, JupyterLab);
 * ``slow``: real PyTorch runs or transformers models (real distributed runs, the families against transformers,
-  the activation ledger against autograd), figures rendered to measure their text, the build's math
-  typesetter (Node processes), and the notebook tests' warm kernels against plain ones (Jupyter kernels).
+  the activation ledger against autograd), figures rendered to measure their text, and the build's math
+  typesetter (Node processes).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ SLOW = (
     "test_engine_activations",
     "test_figures",
     "test_typeset_math",
-    "test_warm_kernels",
 )
 
 
