@@ -198,15 +198,11 @@ def main() -> int:
     if args.full:
         pytest = [sys.executable, "-m", "pytest", "-q"]
         nbval = ["--nbval", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "--nbval-cell-timeout=300"]
-        warm = ["-p", "warm_kernels", "--nbval-kernel-name", "meshplan-warm"]  # the Makefile's NBVAL
+        plain = ["--nbval-current-env"]  # the Makefile's NBVAL: kernels of this environment
         part1 = ["-m", "not browser", "tests", "notebooks"]
         cores = os.cpu_count() or 1
         say("make check", ["make", "check"])
-        part1_cpu = say("make test part 1 (pytest + strict nbval, no browser)", [*pytest, *nbval, *warm, *part1])
-        say(
-            "  the same with plain kernels (--nbval-current-env, not forked from a warm process)",
-            [*pytest, *nbval, "--nbval-current-env", *part1],
-        )
+        part1_cpu = say("make test part 1 (pytest + strict nbval, no browser)", [*pytest, *nbval, *plain, *part1])
         say("make test part 2 (the site from stored outputs)", ["make", "book-stored"])
         browser = [*pytest, "-p", "no:nbval", "-m", "browser", "tests"]
         browser_cpu = say("make test part 3 (pytest -m browser)", browser)
@@ -222,8 +218,8 @@ def main() -> int:
         )
         groups = {
             "unit, property, CLI and doctest tests (make check's set, all hypothesis examples)": unit,
-            "real PyTorch runs, transformers families, figures, typesetting, warm-kernel tests": slow,
-            "strict nbval of the twelve notebooks (warm kernels)": [*one, *nbval, *warm, "notebooks"],
+            "real PyTorch runs, transformers families, figures, typesetting": slow,
+            "strict nbval of the twelve notebooks": [*one, *nbval, *plain, "notebooks"],
         }
         total = 0.0
         for label, cmd in groups.items():
