@@ -13,6 +13,7 @@ import math
 import pytest
 
 from meshplan.core.resources import data_path, read_json
+from meshplan.parallel.compute import narayanan_eq3_flop
 from meshplan.spec.model import load_model, model_from_config
 
 PRESETS = ("a100-sxm-80gb", "b200-sxm-180gb", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "lab")
@@ -48,11 +49,6 @@ def half_unit(printed: str) -> float:
     """Half of the last printed digit: '1.7' -> 0.05, '22' -> 0.5."""
     decimals = len(printed.split(".")[1]) if "." in printed else 0
     return 0.5 * 10.0**-decimals
-
-
-def narayanan_eq3_flop(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
-    """Narayanan et al. 2021 Eq. (3): FLOPs per iteration with full recompute, F = 96 B s l h² (1 + s/6h + V/16lh)."""
-    return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
 # ---------------------------------------------------------------- presets

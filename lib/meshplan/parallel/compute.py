@@ -211,3 +211,15 @@ def training_time_s(model: ModelSpec, seq: int, sequences: float, flop_per_s: fl
     if not flop_per_s > 0:
         raise ValueError(f"flop_per_s={flop_per_s!r} must be positive")
     return model_flop(model, seq, sequences) / flop_per_s
+
+
+def narayanan_eq3_flop(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Narayanan et al. 2021 Eq. (3), FLOP per iteration of a GPT with full recompute: 96·B·s·l·h²(1 + s/(6h) +
+    V/(16·l·h)), for a batch of B sequences of s tokens, l layers of width h, a vocabulary of V. The published runs'
+    TFLOP/s are this over the iteration time; ``training_flop_per_sequence`` gives the same up to the biases and
+    norms it leaves out.
+
+        >>> f"{narayanan_eq3_flop(1536, 2048, 96, 12288, 51200):.3e}"
+        '4.511e+18'
+    """
+    return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))

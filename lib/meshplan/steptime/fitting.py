@@ -29,6 +29,7 @@ from typing import Any
 
 from meshplan.core.resources import data_path, read_json
 from meshplan.core.schemas import check
+from meshplan.parallel.compute import narayanan_eq3_flop
 from meshplan.plan import Plan, Report, evaluate
 from meshplan.spec.hardware import load_hardware
 from meshplan.spec.model import ModelSpec, load_model, model_from_config
@@ -273,11 +274,6 @@ def run_plan(r: dict, recompute: str | None = None) -> Plan:
         uneven_stages=True,
         stage_balance=setup.stage_balance,
     )
-
-
-def narayanan_eq3_flop(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
-    """Narayanan et al. 2021 Eq. (3), FLOP per iteration with full recompute: 96·B·s·l·h²(1 + s/(6h) + V/(16·l·h))."""
-    return 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
 def _eq3(r: dict, model: ModelSpec) -> float:
