@@ -343,8 +343,8 @@ SHIPPED = sorted(str(p.relative_to(MODELS_DIR).with_suffix("")) for p in MODELS_
 @pytest.mark.parametrize("name", SHIPPED)
 def test_stages_count_their_own_layers(name):
     """``stages.stages`` sums each stage's layers from running totals; here the sums are taken layer by layer from
-    the model's own description, for every shipped model on 2 to 16 ranks, in both balances: the layers with full
-    attention and with routed experts, and each stage's own parameters (``max``: only the decoder layers' on a
+    the model's own description, for every shipped model on 2 to 16 ranks, in both balances: the layers with softmax
+    attention (whose K and V context parallelism exchanges) and with routed experts, and each stage's own parameters (``max``: only the decoder layers' on a
     middle stage)."""
     model = load_model(name)
     L = model.num_layers
@@ -357,14 +357,25 @@ def test_stages_count_their_own_layers(name):
                 layers = range(start, start + st.num_layers)
                 start += st.num_layers
                 if model.layers:
-                    full = sum(
-                        1
-                        for i in layers
-                        if model.layers[i].mixer in ("attention", "mla") and model.layers[i].sliding_window is None
-                    )
+                    # softmax attention, sliding windows included: CP exchanges their whole K and V
+                    full = sum(1 for i in layers if model.layers[i].mixer in ("attention", "mla"))
                     assert st.full_attention_layers == full, (p, balance, st.index)
                 assert st.moe_layers == sum(1 for i in layers if lexp[i]), (p, balance, st.index)
                 if balance == "max" and 0 < st.index < p - 1:
                     assert st.dense_params == sum(model.layer_params[i] - lexp[i] for i in layers)
                     assert st.expert_params == sum(lexp[i] for i in layers)
             assert start == L
+
+
+def test_cp_exchanges_the_kv_of_sliding_window_layers():
+    """Issue 29: a sliding-window layer's K and V go round the CP ring like a full-attention layer's (the ring and
+    all-gather implementations move the whole sequence's K and V whatever the window; ``ModelSpec`` says so), so a
+    model whose every layer is windowed still sends K/V under CP, as much per layer as the same layer unwindowed."""
+    windowed = load_model("public/mistral-7b-v0.1")
+    assert all(layer.sliding_window for layer in windowed.layers)
+    report = evaluate(Plan.create(windowed, gpus=4, cp=4, seq=32768, micro_batches=1))
+    stage = report.plan.stages[0]
+    assert stage.full_attention_layers == windowed.num_full_attention_layers == windowed.num_layers
+    kv = report.collectives["cp"][0].sent_bytes
+    kv_traffic = report.comm_bytes_per_step["cp"] - report.grad_sync_bytes["cp"]  # less CP's share of the grad sync
+    assert kv > 0 and kv_traffic == pytest.approx(kv * windowed.num_layers, rel=1e-12)

@@ -81,7 +81,10 @@ class Stage:
         layers: range of the decoder layers it holds.
         dense_params: parameters outside the routed experts (its layers' plus its share of the rest).
         expert_params: routed-expert parameters (its MoE layers', plus the MTP module's on the last stage).
-        full_attention_layers: layers whose attention spans the whole sequence (context parallelism pays for these).
+        full_attention_layers: layers with softmax attention (``attention`` or ``mla``), sliding-window ones included:
+            context parallelism exchanges these layers' K and V (the ring and all-gather implementations move the
+            whole sequence's K and V whatever the window, as ``ModelSpec.num_full_attention_layers`` counts them);
+            linear-attention layers keep a fixed-size state instead.
         moe_layers: layers with routed experts.
     """
 
@@ -100,7 +103,7 @@ class Stage:
 def _full_attention(model: ModelSpec, i: int) -> bool:
     if model.layers:
         spec = model.layers[i]
-        return spec.mixer in ("attention", "mla") and spec.sliding_window is None
+        return spec.mixer in ("attention", "mla")
     return False
 
 
