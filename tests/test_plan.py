@@ -344,8 +344,8 @@ SHIPPED = sorted(str(p.relative_to(MODELS_DIR).with_suffix("")) for p in MODELS_
 def test_stages_count_their_own_layers(name):
     """``stages.stages`` sums each stage's layers from running totals; here the sums are taken layer by layer from
     the model's own description, for every shipped model on 2 to 16 ranks, in both balances: the layers with softmax
-    attention (whose K and V context parallelism exchanges) and with routed experts, and each stage's own parameters (``max``: only the decoder layers' on a
-    middle stage)."""
+    attention (whose K and V context parallelism exchanges) and with routed experts, and each stage's own parameters
+    (``max``: only the decoder layers' on a middle stage)."""
     model = load_model(name)
     L = model.num_layers
     lexp = model.layer_expert_params or (0,) * L
