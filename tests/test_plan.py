@@ -19,6 +19,7 @@ from meshplan import (
     model_from_config,
 )
 from meshplan.core import collectives
+from meshplan.core.resources import read_json
 from meshplan.course import published
 from meshplan.course.lab import LAB_8_GPUS, lab_plan
 from meshplan.parallel import activations, cp, ep, pp, zero
@@ -379,3 +380,24 @@ def test_cp_exchanges_the_kv_of_sliding_window_layers():
     kv = report.collectives["cp"][0].sent_bytes
     kv_traffic = report.comm_bytes_per_step["cp"] - report.grad_sync_bytes["cp"]  # less CP's share of the grad sync
     assert kv > 0 and kv_traffic == pytest.approx(kv * windowed.num_layers, rel=1e-12)
+
+
+def _windowed_qwen2():
+    """The shipped Qwen2.5-7B config with Qwen2's sliding window switched on from layer 14."""
+    cfg = {k: v for k, v in read_json("models", "public", "qwen2.5-7b.json").items() if k != "source"}
+    cfg.update(use_sliding_window=True, sliding_window=4096, max_window_layers=14)
+    return model_from_config(cfg, "qwen2.5-7b with sliding windows")
+
+
+@pytest.mark.parametrize("name", ["public/qwen2.5-7b", "public/gemma-3-1b-it", "public/mistral-7b-v0.1", "windowed"])
+def test_selective_recompute_never_keeps_more_than_none(name):
+    """Issue 29: in the engine ledgers selective recompute keeps no more activations than none on any stage (the
+    first stage was charged the sliding-window mask of layers it does not hold)."""
+    model = _windowed_qwen2() if name == "windowed" else load_model(name)
+    for stages in (1, 2, 4):
+        for seq in (4096, 8192):
+            kw = {"gpus": stages, "pp": stages, "seq": seq, "micro_batches": 4, "accounting": "fsdp2"}
+            none, selective = (
+                evaluate(Plan.create(model, recompute=r, uneven_stages=True, **kw)) for r in ("none", "selective")
+            )
+            assert selective.memory_bytes["activations"] <= none.memory_bytes["activations"], (stages, seq)

@@ -940,7 +940,8 @@ def spec_activations(
 
 
 # ---------------------------------------------------------------- a pipeline stage, for the plan's engine ledgers
-_FIRST_PARTS = ("embedding", "rotary", "shared")
+_FIRST_PARTS = ("embedding", "rotary")
+# the attention masks selective recompute's checkpointed cores keep: each stage keeps those of its own layers
 _LAST_PARTS = ("final_norm", "head", "logits", "loss")
 
 
@@ -963,10 +964,35 @@ def _layer_bytes_cached(
 
 
 @lru_cache(maxsize=4096)
+def _shared_masks(
+    spec: ModelSpec, layers: range, s: int, b: int, recompute: str, tp: int, sp: bool, device: str
+) -> float:
+    """Bytes of the attention masks that selective recompute's checkpointed cores keep, for the stage holding
+    ``layers``: once per mask its own layers use (a stage without a windowed layer keeps no sliding-window mask)."""
+    if recompute != "selective":
+        return 0.0
+    impl = spec_implementation(spec)
+    terms = model_level_terms(
+        tuple(spec.layers[i] for i in layers),
+        spec.hidden_size,
+        spec.vocab_size,
+        s,
+        b,
+        family=impl,
+        attention="sdpa" if impl.sdpa else "eager",
+        recompute=recompute,
+        tp=tp,
+        sp=sp,
+        device=device,
+    )
+    return sum(t.nbytes for t in terms if t.part == "shared")
+
+
 def _model_parts(
     spec: ModelSpec, s: int, b: int, recompute: str, tp: int, sp: bool, device: str
 ) -> tuple[float, float]:
-    """(bytes the first stage keeps outside its layers, bytes the last stage keeps) for one micro-batch."""
+    """(bytes the first stage keeps outside its layers, bytes the last stage keeps) for one micro-batch, less the
+    shared masks (``_shared_masks``: every stage keeps its own)."""
     impl = spec_implementation(spec)
     terms = model_level_terms(
         spec.layers,
@@ -1005,8 +1031,9 @@ def stage_bytes(
     device: str = "cuda",
 ) -> tuple[float, float]:
     """(bytes of the decoder layers ``layers``, bytes outside the layers) one micro-batch leaves on one GPU of a
-    pipeline stage: the first stage also keeps the token ids, the rotary tables and the shared masks; the last the
-    final norm, lm_head's input, the fp32 logits and the loss. ``device="cuda"`` by default: a plan prices a GPU run
+    pipeline stage: the first stage also keeps the token ids and the rotary tables, the last the final norm, lm_head's
+    input, the fp32 logits and the loss, and with selective recompute every stage the attention masks its own
+    layers' checkpointed cores keep. ``device="cuda"`` by default: a plan prices a GPU run
     (the three documented kernel differences from the CPU measurement, module docstring); SDPA attention, or eager
     for a family that has no SDPA in transformers 5.23.0 (Gemma 2).
 
@@ -1040,8 +1067,8 @@ def _stage_bytes(
     impl = spec_implementation(spec)
     h = spec.hidden_size
     in_layers = sum(_layer_bytes_cached(spec.layers[i], h, seq, batch, impl, recompute, tp, sp, device) for i in layers)
-    rest = 0.0
-    if first or last:  # a middle stage keeps nothing outside its layers
+    rest = _shared_masks(spec, layers, seq, batch, recompute, tp, sp, device)
+    if first or last:  # a middle stage keeps nothing else outside its layers
         f, l_ = _model_parts(spec, seq, batch, recompute, tp, sp, device)
-        rest = (f if first else 0.0) + (l_ if last else 0.0)
+        rest += (f if first else 0.0) + (l_ if last else 0.0)
     return in_layers, rest
