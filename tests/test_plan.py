@@ -4,6 +4,7 @@ bytes-per-parameter variants, notes, the report's dict, and the validation of th
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -396,7 +397,7 @@ def test_selective_recompute_never_keeps_more_than_none(name):
     model = _windowed_qwen2() if name == "windowed" else load_model(name)
     for stages in (1, 2, 4):
         for seq in (4096, 8192):
-            kw = {"gpus": stages, "pp": stages, "seq": seq, "micro_batches": 4, "accounting": "fsdp2"}
+            kw: dict[str, Any] = {"gpus": stages, "pp": stages, "seq": seq, "micro_batches": 4, "accounting": "fsdp2"}
             none, selective = (
                 evaluate(Plan.create(model, recompute=r, uneven_stages=True, **kw)) for r in ("none", "selective")
             )
