@@ -12,7 +12,8 @@ __all__ = ["report_notes"]
 def report_notes(plan: Plan, comm: Mapping[str, float]) -> tuple[str, ...]:
     """The notes ``evaluate`` attaches to ``plan``'s report, given its bytes per dimension ``comm``: KV heads
     replicated over TP, the TP collectives full recompute re-runs, the routed experts' own gradient sync, the terms
-    a meta-device count estimates, a sequence longer than the model was trained for.
+    a meta-device count estimates, a multi-token-prediction module the even stage balance leaves out, a sequence
+    longer than the model was trained for.
 
         >>> report_notes(Plan.create("qwen3.8-27b", gpus=8, tp=4, recompute="full"), {"edp": 0.0})[0]
         "full recompute re-runs the forward's 2 TP collectives per layer; not counted (lab convention)"
@@ -44,6 +45,13 @@ def report_notes(plan: Plan, comm: Mapping[str, float]) -> tuple[str, ...]:
         notes.append(
             f"{m.name} ({m.family}) is counted exactly by transformers on the meta device; estimated from "
             f"its config: {', '.join(m.estimated)}"
+        )
+    mtp = m.params.extra.get("mtp", 0)  # a module outside the published count (DeepSeek-V3's), not in params.total
+    if mtp and plan.stage_balance == "even":
+        notes.append(
+            f"the multi-token-prediction module's {mtp / 1e9:.1f} B parameters are not counted: with stage balance "
+            f"'even' (the lab page's convention) the model is its published {m.params.total / 1e9:.1f} B; 'max' puts "
+            "the module on the last stage, as the engines train it"
         )
     if m.max_position_embeddings and s > m.max_position_embeddings:
         notes.append(f"seq={s:,} is longer than the {m.max_position_embeddings:,} positions {m.name} was trained for")
