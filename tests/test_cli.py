@@ -311,8 +311,8 @@ def test_library_kv_heads_message(tmp_path):
         Plan.create(str(path), gpus=4, tp=4)
     with pytest.raises(ValueError, match=r"^tp=4 does not divide 6 KV heads$"):
         Plan.create(str(path), gpus=4, tp=4, kv_replication=False)
-    # tp = 12 is a multiple of 6 KV heads: replication allowed
-    assert Plan.create(str(path), gpus=12, tp=12, gpus_per_node=12).tp == 12
+    # tp = 12 is a multiple of 6 KV heads: replication allowed (a sequence sequence parallelism can split 12 ways)
+    assert Plan.create(str(path), gpus=12, tp=12, gpus_per_node=12, seq=12 * 342).tp == 12
 
 
 def test_library_rejects_bad_sizes():

@@ -402,3 +402,14 @@ def test_selective_recompute_never_keeps_more_than_none(name):
                 evaluate(Plan.create(model, recompute=r, uneven_stages=True, **kw)) for r in ("none", "selective")
             )
             assert selective.memory_bytes["activations"] <= none.memory_bytes["activations"], (stages, seq)
+
+
+def test_refused_where_an_engine_refuses():
+    """Issue 29: sequence parallelism needs TP to divide each CP rank's tokens (a half-byte of activations before);
+    an expert TP on a model without experts is an error, not ignored."""
+    with pytest.raises(ValueError, match=r"^tp=8 does not divide the 2,049 tokens of a CP rank's sequence"):
+        Plan.create("qwen3.8-27b", gpus=16, tp=8, cp=2, seq=4098)
+    assert Plan.create("qwen3.8-27b", gpus=16, tp=8, cp=2, seq=4098, sp=False).seq == 4098
+    with pytest.raises(ValueError, match=r"^expert_tp=1 but qwen3.8-27b has no experts$"):
+        Plan.create("qwen3.8-27b", gpus=8, tp=4, expert_tp=1)
+    assert Plan.create("qwen3.8-27b", gpus=8, tp=4, expert_tp=4).etp == 4

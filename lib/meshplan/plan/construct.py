@@ -321,8 +321,17 @@ class Plan:
                 )
         if self.workload.seq % d.cp:
             raise PlanError(f"cp={d.cp} does not divide seq={self.workload.seq}", "cp")
+        if self.sequence_parallel and d.tp > 1 and (self.workload.seq // d.cp) % d.tp:
+            raise PlanError(
+                f"tp={d.tp} does not divide the {self.workload.seq // d.cp:,} tokens of a CP rank's sequence: "
+                "sequence parallelism splits them over the TP ranks (Megatron-LM asserts it; sp=False, or --no-sp on "
+                "the command line, turns it off)",
+                "tp",
+            )
         if d.ep > 1 and not m.is_moe:
             raise PlanError(f"ep={d.ep} but {m.name} has no experts", "ep")
+        if d.expert_tp is not None and d.expert_tp != d.tp and not m.is_moe:
+            raise PlanError(f"expert_tp={d.expert_tp} but {m.name} has no experts", "expert_tp")
         if m.is_moe and m.num_experts % d.ep:
             raise PlanError(f"ep={d.ep} does not divide {m.num_experts} experts", "ep")
 
