@@ -14,6 +14,7 @@ import pytest
 
 from meshplan.core.resources import data_path, read_json
 from meshplan.parallel.compute import narayanan_eq3_flop
+from meshplan.spec.hardware import load_hardware
 from meshplan.spec.model import load_model, model_from_config
 
 PRESETS = ("a100-sxm-80gb", "b200-sxm-180gb", "h100-sxm-80gb", "h200-sxm-141gb", "h800-sxm-80gb", "lab")
@@ -224,3 +225,12 @@ def test_torchtitan_a100_mfu_follows_from_its_tokens_per_second(run):
     wps = pub["tokens_per_s_per_gpu"]["value"]
     lo, hi = (flop_per_token * (wps + d) / 312e12 * 100 for d in (-0.5, 0.5))
     assert agrees(lo, hi, pub["mfu_percent"]["value"], 0.05)
+
+
+def test_an_oversized_hardware_file_is_refused_before_it_is_read(tmp_path):
+    """Issue 29: a 2 GB (sparse) file given as --hardware took 17 s and 4.2 GB of memory before it was refused."""
+    path = tmp_path / "huge.json"
+    with path.open("wb") as f:
+        f.truncate(2 * 2**30)
+    with pytest.raises(ValueError, match=r"2,147,483,648 bytes is not a hardware file \(at most 1,048,576\)"):
+        load_hardware(str(path))

@@ -29,6 +29,7 @@ DEFAULT_HARDWARE = "lab"
 REQUIRED = ("gpu_memory_bytes", "gpus_per_node", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
 OPTIONAL = ("effective_flop_per_s", "peak_bf16_flop_per_s", "hbm_bytes_per_s")
 MAX_MEMORY_BYTES = 1e15  # 1 PB per GPU: beyond any device, and far from float overflow
+MAX_FILE_BYTES = 2**20  # a hardware file is a few kB; anything this large is not one (checked before reading it)
 MAX_RATE = 1e21  # bytes or FLOP per second
 
 
@@ -105,6 +106,12 @@ def _read(path: Path, shipped: bool = False) -> Hardware:
     jsonschema, whose import (about 0.1 s) would be a third of the command line's start."""
     where = f"malformed hardware file {str(path)!r}"
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ValueError(
+                f"cannot read hardware file {str(path)!r}: {size:,} bytes is not a hardware file (at most "
+                f"{MAX_FILE_BYTES:,})"
+            )
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"cannot read hardware file {str(path)!r}: {exc}") from None
