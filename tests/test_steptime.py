@@ -398,3 +398,16 @@ def test_tie_band_is_the_median_ratio_error(rows):
     assert len(errs) == 11
     band = fit_data()["tie_band"]["value"]
     assert band == C.tie_band(rows) == math.ceil(100 * sorted(errs)[5]) / 100 == 0.03
+
+
+@pytest.mark.parametrize("rate", ["hbm_bytes_per_s", "peak_bf16_flop_per_s", "nvlink_bytes_per_s"])
+def test_a_rate_too_small_for_a_finite_step_time_is_named(rate):
+    """Issue 29: a near-zero rate in a hardware file gave Infinity (not JSON) or an error naming the wrong factor."""
+    from dataclasses import replace
+
+    from meshplan.spec.hardware import load_hardware
+
+    hw = replace(load_hardware("h100-sxm-80gb"), **{rate: 1e-300})
+    report = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, hardware=hw))
+    with pytest.raises(ValueError, match=rf"^hardware 'h100-sxm-80gb' has {rate}=1e-300, too small for a finite step"):
+        step_time(report)

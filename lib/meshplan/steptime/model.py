@@ -74,6 +74,7 @@ HFU adds the recomputation (Korthikanti et al. 2022 §6).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
@@ -524,7 +525,7 @@ def step_time(report: Report, execution: Execution | None = None, calibration_: 
     units = max(p.stages[k].num_layers, 1)
     states = report.model_states_terms
     optimizer_bytes = sum(states.values()) + sum(states.get(x, 0.0) for x in ("master", "adam_m", "adam_v"))
-    return StepTime(
+    st = StepTime(
         compute_s=m * mb.compute_s,
         tp_s=m * mb.tp_s,
         cp_s=m * mb.cp_s,
@@ -534,6 +535,23 @@ def step_time(report: Report, execution: Execution | None = None, calibration_: 
         bubble_s=bubble,
         optimizer_s=optimizer_bytes / _hbm(hw),
     )
+    _check_finite(st, hw)
+    return st
+
+
+RATES = ("peak_bf16_flop_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
+
+
+def _check_finite(st: StepTime, hw: Hardware) -> None:
+    """ValueError naming the hardware rate that makes a term infinite (or not a number): a rate so small that the
+    work divided by it overflows a float. Real rates are 10⁹ and more, so the culprit is the smallest one."""
+    bad = [k for k, x in st.terms().items() if not math.isfinite(x)]
+    if bad:
+        name = min((r for r in RATES if getattr(hw, r)), key=lambda r: getattr(hw, r))
+        raise ValueError(
+            f"hardware {hw.name!r} has {name}={getattr(hw, name):g}, too small for a finite step time "
+            f"({', '.join(bad)} overflow)"
+        )
 
 
 # ---------------------------------------------------------------- FLOP, MFU, HFU
