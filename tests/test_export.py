@@ -8,7 +8,16 @@ from commands import run
 
 from meshplan import Plan
 from meshplan.course import published
-from meshplan.export import engine_file, engine_options, export_text, megatron, price_note, toml, torchtitan
+from meshplan.export import (
+    engine_file,
+    engine_options,
+    engine_plan,
+    export_text,
+    megatron,
+    price_note,
+    toml,
+    torchtitan,
+)
 from meshplan.spec.stages import spread_layers
 
 # Seed 004 (the TP x PP x DP tuning article), step 5, quoting Megatron-LM's guide: LLaMA-3 70B on 64 GPUs.
@@ -168,27 +177,68 @@ def test_every_torchtitan_option_exists_in_the_named_version(name):
 
 
 def test_torchtitan_settings():
-    s, notes = torchtitan(guide_plan())
+    s, notes = torchtitan(guide_plan(zero=3))
     assert s["parallelism"] == {
-        "data_parallel_replicate_degree": 2,
-        "data_parallel_shard_degree": 1,
+        "data_parallel_replicate_degree": 1,
+        "data_parallel_shard_degree": 2,
+        "fsdp_reshard_after_forward": "always",
         "tensor_parallel_degree": 4,
         "pipeline_parallel_degree": 4,
         "pipeline_parallel_schedule": "1F1B",
         "pipeline_parallel_microbatch_size": 1,
+        # torchtitan's defaults (1, 1) would count the embedding and the head as a layer each: 81, 80, 80, 79
+        "pipeline_parallel_first_stage_less_layers": 0,
+        "pipeline_parallel_last_stage_less_layers": 0,
         "context_parallel_degree": 2,
         "expert_parallel_degree": 1,
     }
+    # with PP one forward-backward call runs all m = 256 micro-batches of b = 1 (one accumulation step)
     assert s["training"] == {"local_batch_size": 256, "global_batch_size": 512, "seq_len": 8192}
     assert s["activation_checkpoint"] == {"mode": "none"} and notes == ()
+    # ZeRO-0 with CP: torchtitan shards over the CP ranks anyway (FSDP on dp_shard_cp), exported as ZeRO-2
+    s, notes = torchtitan(guide_plan())
+    assert (s["parallelism"]["data_parallel_shard_degree"], s["parallelism"]["fsdp_reshard_after_forward"]) == (
+        2,
+        "never",
+    )
+    assert len(notes) == 1 and "whenever cp > 1" in notes[0]
+    assert engine_plan(guide_plan(), "torchtitan").zero == 2
     s, notes = torchtitan(PLANS["guide_llama_order_zero1_selective"]())
     assert s["parallelism"]["fsdp_reshard_after_forward"] == "never" and "no ZeRO-1" in notes[0]
+    assert s["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert "mesh is pp, dp, cp, tp" in notes[1]  # Llama 3's order: torchtitan's pp is outermost
     s, _ = torchtitan(PLANS["anchor_interleaved_zero3"]())
     assert s["parallelism"]["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert s["parallelism"]["pipeline_parallel_layers_per_stage"] == 8  # 64 layers / (4 x 2)
     assert s["parallelism"]["fsdp_reshard_after_forward"] == "always"
-    text = toml(*torchtitan(guide_plan()))
-    assert text.startswith("[parallelism]\ndata_parallel_replicate_degree = 2\n")
+    s, _ = torchtitan(PLANS["llama405b_uneven_zero2_full_v1"]())  # 7, 8, ..., 8, 7: torchtitan's (1, 1) exactly
+    assert (
+        s["parallelism"]["pipeline_parallel_first_stage_less_layers"],
+        s["parallelism"]["pipeline_parallel_last_stage_less_layers"],
+    ) == (1, 1)
+    with pytest.raises(ValueError, match="lighter than equal middle stages"):
+        torchtitan(guide_plan(layers_per_stage=(20, 19, 21, 20)))
+    text = toml(*torchtitan(guide_plan(zero=0, order="tp-cp-dp-pp", seq=8192).replace(cp=1, dp=4)))
+    assert text.startswith("[parallelism]\ndata_parallel_replicate_degree = 4\ndata_parallel_shard_degree = 1\n")
     assert 'mode = "none"' in text
+
+
+def test_torchtitan_local_batch_without_pp():
+    """torchtitan accumulates global ÷ (local × dp) forward-backward calls of ``local_batch_size`` rows per DP
+    rank: without PP that is b, and m the accumulation steps (issue 29: local = b × m ran 16 sequences a call)."""
+    plan = Plan.create("llama-3.1-8b", gpus=8, zero=3, micro_batches=16)
+    s, _ = torchtitan(plan)
+    assert s["training"] == {"local_batch_size": 1, "global_batch_size": 128, "seq_len": 4096}
+    assert s["training"]["global_batch_size"] // (s["training"]["local_batch_size"] * 8) == 16
+
+
+def test_torchtitan_refusals_and_engine_plan():
+    # EP borrows all of CP and part of the FSDP shard degree; DDP has none to lend
+    with pytest.raises(ValueError, match="torchtitan's expert parallelism borrows"):
+        torchtitan(Plan.create("deepseek-v3", gpus=64, ep=8))
+    runs = engine_plan(Plan.create("qwen3-30b-a3b", gpus=32, tp=4, expert_tp=1, ep=8, zero=3, sp=False), "torchtitan")
+    assert (runs.etp, runs.sequence_parallel) == (4, True)  # experts over TP, TP always sequence parallel
+    assert engine_plan(guide_plan(), "megatron", "megatron") == guide_plan().replace(accounting="megatron")
 
 
 def test_engine_files_name_their_versions_and_sources():
@@ -257,7 +307,7 @@ def test_cli_export():
     )
     assert out.returncode == 0, out.stderr
     plan = PLANS["llama405b_uneven_zero2_full_v1"]()
-    assert out.stdout == f"# {price_note(plan.replace(accounting='fsdp2'))}\n" + toml(*torchtitan(plan))
+    assert out.stdout == f"# {price_note(engine_plan(plan, 'torchtitan', 'fsdp2'))}\n" + toml(*torchtitan(plan))
     bad = _cli("--format", "megatron", "--model", "llama-3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16")
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "meshplan: error: pp=16 does not divide 126 layers (uneven stages give the first and last stages fewer: "

@@ -12,15 +12,37 @@ Mapping (the plan's terms → the engine's):
 * ZeRO: 1 → ``--use-distributed-optimizer`` (Megatron's "6 + 12/dp" bytes per parameter: optimizer states
   sharded); 2 → ``--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads``; 3 → the same with
   ``optim_grads_params``. torchtitan shards with FSDP (``data_parallel_shard_degree``): ZeRO-3 by default,
-  ZeRO-2-like with ``fsdp_reshard_after_forward = "never"`` (Llama 3's choice), ZeRO-0 as DDP
-  (``data_parallel_replicate_degree``); it has no ZeRO-1, exported as ZeRO-2 with a note.
+  ZeRO-2-like with ``fsdp_reshard_after_forward = "never"`` (Llama 3's choice), over the DP × CP ranks (its
+  ``dp_shard_cp`` mesh), ZeRO-0 as DDP (``data_parallel_replicate_degree``) without CP; it has no ZeRO-1, and
+  shards over the CP ranks whenever cp > 1: both exported as ZeRO-2 with a note.
 * recompute: ``selective`` / ``full`` → ``--recompute-granularity`` (full adds ``--recompute-method
-  uniform --recompute-num-layers 1``); torchtitan ``[activation_checkpoint] mode``.
+  uniform --recompute-num-layers 1``); torchtitan ``[activation_checkpoint] mode``, selective at the op level
+  (``selective_ac_option = "op"``; its default ``"2"`` is full recompute of every second block).
 * mesh order: Megatron's default is tp-cp-ep-dp-pp; the course's default tp-cp-pp-dp (Llama 3) is
-  ``--use-tp-pp-dp-mapping``; other orders raise ValueError.
-* uneven stages: ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` when
-  the middle stages are equal (Llama 3's 7, 8, …, 8, 7); anything else raises ValueError.
-* global batch: B sequences = dp × b × m.
+  ``--use-tp-pp-dp-mapping``; other orders raise ValueError. torchtitan's mesh is always tp-cp-dp-pp.
+* stages: Megatron-LM ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` when
+  the middle stages are equal (Llama 3's 7, 8, …, 8, 7), ``--num-layers-per-virtual-pipeline-stage`` when
+  interleaved; torchtitan ``pipeline_parallel_first_stage_less_layers`` / ``..._last_stage_less_layers`` (0 for
+  equal stages: its default 1 moves a layer off each end) and ``pipeline_parallel_layers_per_stage``
+  (``_torchtitan_stages``); anything else raises ValueError.
+* global batch: B sequences = dp × b × m. Megatron-LM: ``--micro-batch-size b --global-batch-size B``
+  (it derives m = B ÷ (b × dp)). torchtitan: ``training.local_batch_size`` is what one data-parallel rank
+  feeds one forward-backward call and gradient accumulation is ``global_batch_size ÷ (local_batch_size × dp)``
+  (``torchtitan/train.py`` L200-L217 at 6404b93); with pipeline parallelism that call splits the local batch
+  into ``local_batch_size ÷ pipeline_parallel_microbatch_size`` micro-batches (``torchtitan/distributed/
+  pipeline.py`` L64-L72). So the export writes local = b without PP (m accumulation steps) and local = b × m
+  with it (m pipeline micro-batches of b, one accumulation step).
+* expert TP: Megatron-LM's ``--expert-tensor-parallel-size`` defaults to the TP size (``arguments.py`` L3105
+  and L439-L440), so the flag is written whenever the plan's expert TP differs from TP, with or without EP.
+  torchtitan at 6404b93 has no such option: experts split over TP like the dense layers (``ep_tp`` mesh,
+  ``experiments/llama4/infra/parallelize.py`` L95-L105).
+* what the engine runs is what the header prices (``engine_plan``): an export is read back into the same plan,
+  or the difference is priced and noted (torchtitan: ZeRO-1 as ZeRO-2, its own mesh order, sequence
+  parallelism always on with TP, expert TP = TP), or the export refuses (ValueError).
+
+The Megatron-LM command is shell text: every value is quoted for bash (``shlex.quote``; Megatron's argparse
+then reads ``--moe-layer-freq '([0]*3+[1]*58)'`` as the Python list expression ``moe_freq_type`` evaluates,
+``arguments.py`` L310-L333, and ``--window-size '(4096,0)'`` as ``tuple_type`` strips and splits it, L335-L345).
 
     >>> from meshplan import Plan
     >>> p = Plan.create("llama-3.1-70b", gpus=64, tp=4, pp=4, cp=2, seq=8192, micro_batches=256,
@@ -33,19 +55,24 @@ Mapping (the plan's terms → the engine's):
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from functools import cache
 
 from meshplan.core.resources import DATA_DIR
 from meshplan.core.units import fmt_gb
 from meshplan.plan import Plan, evaluate
-from meshplan.spec.dims import parse_order
+from meshplan.spec.dims import MEGATRON_ORDER, parse_order
+from meshplan.spec.model import ModelSpec
 
 ENGINES_DIR = DATA_DIR / "engines"
 FORMATS = ("megatron", "torchtitan")
 TORCHTITAN_COMMIT = "6404b93"
 TORCHTITAN_MODELS = {"llama": "Llama 3", "deepseek_v3": "DeepSeek-V3"}  # torchtitan/models/ at that commit
 ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2"}  # the ledger each export is priced in
+# torchtitan's device mesh, outermost first ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
+# (torchtitan/distributed/parallel_dims.py L136-L139 at 6404b93), in the library's inner-to-outer order strings
+TORCHTITAN_ORDER = MEGATRON_ORDER
 
 
 @cache
@@ -81,8 +108,8 @@ class MegatronExport:
 
     def command(self) -> str:
         """The shell command, one flag per line."""
-        lines = [" ".join([*self.torchrun, engine_file("megatron-lm")["script"]])]
-        lines += [f"    {f}" + (f" {v}" if v is not None else "") for f, v in self.flags]
+        lines = [" ".join([*self.torchrun, engine_file("megatron-lm")["script"]])]  # $MASTER_ADDR, $JOB_ID expand
+        lines += [f"    {f}" + (f" {shlex.quote(v)}" if v is not None else "") for f, v in self.flags]
         out = " \\\n".join(lines)
         return "\n".join([f"# note: {n}" for n in self.notes] + [out])
 
@@ -96,6 +123,29 @@ def _freq_pattern(flags: list[int]) -> str:
         else:
             runs.append([x, 1])
     return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+
+
+def mtp_layers(model: ModelSpec) -> int:
+    """Depths of the model's multi-token-prediction module (Megatron-LM's ``--mtp-num-layers``, ``arguments.py``
+    L1691): ``ModelSpec.num_mtp_layers`` (Qwen3.5), or, for DeepSeek-V3, whose module the spec counts only in
+    ``params.extra["mtp"]`` (``spec.models.deepseek``: per depth enorm, hnorm, eh_proj 2h → h, one MoE layer and
+    the shared head's norm), that count over one depth's parameters. ValueError when it is not a whole number.
+
+        >>> from meshplan import load_model
+        >>> [mtp_layers(load_model(name)) for name in ("deepseek-v3", "qwen3.8-27b", "qwen3-8b")]
+        [1, 1, 0]
+    """
+    if model.num_mtp_layers:
+        return model.num_mtp_layers
+    extra = model.params.extra.get("mtp", 0)
+    if not extra:
+        return 0
+    h = model.hidden_size
+    moe = [p for p, L in zip(model.layer_params, model.layers) if L.is_moe]
+    depth = 3 * h + 2 * h * h + (max(moe) if moe else max(model.layer_params))
+    if extra % depth:
+        raise ValueError(f"{model.name}: MTP parameters {extra:,} are not a whole number of depths of {depth:,}")
+    return extra // depth
 
 
 def _shape_flags(plan: Plan) -> tuple[list, list]:
@@ -188,8 +238,8 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
         f.append(("--untie-embeddings-and-output-weights", None))
     if m.final_logit_softcapping is not None or any(L.attn_logit_softcapping for L in attn):
         notes.append("logit softcapping has no flag at this commit")
-    if m.num_mtp_layers:
-        f.append(("--mtp-num-layers", m.num_mtp_layers))
+    if mtp_layers(m):
+        f.append(("--mtp-num-layers", mtp_layers(m)))
     if m.params.components["vision"]:
         notes.append(f"{m.name}'s vision tower is not part of pretrain_gpt.py")
     if m.max_position_embeddings:
@@ -236,8 +286,8 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     flags.append(("--context-parallel-size", plan.cp))
     if plan.ep > 1:
         flags.append(("--expert-model-parallel-size", plan.ep))
-        if plan.etp != plan.tp:
-            flags.append(("--expert-tensor-parallel-size", plan.etp))
+    if plan.etp != plan.tp:  # Megatron's default is the TP size (arguments.py L439-L440), with or without EP
+        flags.append(("--expert-tensor-parallel-size", plan.etp))
     flags += mapping
     if plan.sequence_parallel and plan.tp > 1:
         flags.append(("--sequence-parallel", None))
@@ -265,24 +315,120 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     return MegatronExport(run, [(f, None if v is None else str(v)) for f, v in flags], tuple(notes))
 
 
-def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
-    """torchtitan settings for ``plan`` as {section: {option: value}}, and notes."""
+def _mesh_axes(plan: Plan, order: str) -> tuple[str, ...]:
+    """The axes of ``order`` that split (size > 1), inner to outer: two orders that agree on them build one mesh."""
+    sizes = {"tp": plan.tp, "cp": plan.cp, "pp": plan.pp, "dp": plan.dp}
+    return tuple(a for a in parse_order(order) if sizes[a] > 1)
+
+
+def _torchtitan_runs(plan: Plan) -> tuple[dict, tuple[str, ...]]:
+    """What torchtitan at 6404b93 runs of ``plan`` where that differs from it, as ``Plan.replace`` changes, with a note
+    each; ValueError for what its settings cannot say."""
+    changes: dict[str, object] = {}
     notes = []
-    if plan.zero == 0:
+    # FSDP shards over data_parallel_shard_degree × cp whenever that is more than 1 (its dp_shard_cp mesh,
+    # models/llama3/infra/parallelize.py L99-L114), as the library's ZeRO shards over dp × cp; DDP replicates
+    if plan.dp * plan.cp == 1:
+        if plan.zero:
+            changes["zero"] = 0  # nothing to shard: torchtitan wraps the model in neither
+    elif plan.zero == 1:
+        changes["zero"] = 2
+        notes.append(
+            "torchtitan has no ZeRO-1: exported as FSDP without resharding after forward (ZeRO-2-like), priced so"
+        )
+    elif plan.zero == 0 and plan.cp > 1:
+        changes["zero"] = 2
+        notes.append(
+            "torchtitan shards the parameters over the CP ranks whenever cp > 1 (FSDP on its dp_shard_cp mesh): "
+            "ZeRO-0 exported as FSDP without resharding after forward (ZeRO-2-like), priced so"
+        )
+    if _mesh_axes(plan, plan.order) != _mesh_axes(plan, TORCHTITAN_ORDER):
+        changes["order"] = TORCHTITAN_ORDER
+        notes.append(
+            f"torchtitan's mesh is pp, dp, cp, tp from outer to inner (order {TORCHTITAN_ORDER!r}, "
+            f"torchtitan/distributed/parallel_dims.py L136-L139), not {plan.order!r}: priced in its order"
+        )
+    if plan.tp > 1 and not plan.sequence_parallel:
+        changes["sp"] = None
+        notes.append(
+            "torchtitan's tensor parallelism is always sequence parallel (no option turns it off at this commit): "
+            "priced with sequence parallelism"
+        )
+    if plan.etp != plan.tp:
+        changes["expert_tp"] = None
+        notes.append(
+            f"torchtitan has no expert tensor-parallel size: its experts split over TP {plan.tp} like the dense "
+            f"layers (experiments/llama4/infra/parallelize.py L95-L105), not over {plan.etp}: priced so"
+        )
+    zero = changes.get("zero", plan.zero)
+    shard = 1 if zero == 0 else plan.dp
+    if plan.ep > 1 and (plan.ep % plan.cp or (shard * plan.cp) % plan.ep):
+        raise ValueError(
+            f"ep={plan.ep}: torchtitan's expert parallelism borrows all of CP and part of FSDP's shard degree, so "
+            f"cp={plan.cp} must divide ep and ep must divide data_parallel_shard_degree × cp = {shard} × {plan.cp}"
+            + (" (ZeRO-0 runs as DDP, shard degree 1)" if zero == 0 else "")
+            + " (torchtitan/distributed/parallel_dims.py L56-L58)"
+        )
+    return changes, tuple(notes)
+
+
+def _torchtitan_stages(plan: Plan) -> dict[str, int]:
+    """The pipeline options that make torchtitan split the layers as ``plan`` does. torchtitan spreads L + a + b
+    "effective layers" over the pp × v stages, the first ones taking one more where it does not divide, the
+    embedding weighing a layers on the first stage and the head b on the last
+    (``pipeline_parallel_first_stage_less_layers`` = a, ``..._last_stage_less_layers`` = b, both 1 by default:
+    ``generate_llm_fqn_per_model_part``, torchtitan/distributed/pipeline.py L126-L234); without
+    ``pipeline_parallel_layers_per_stage`` an interleaved schedule takes 2 stages per rank
+    (models/llama3/infra/pipeline.py L62-L116). Equal stages: a = b = 0; a first and last stage lighter than the
+    k-layer middle ones: a = k − first, b = k − last. ValueError for other layouts."""
+    if plan.pp == 1:
+        return {}
+    L, lps, v = plan.model.num_layers, plan.layers_per_stage, plan.virtual_stages
+    if lps is None or len(set(lps)) == 1:
+        out = {"pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0}
+        if v > 1:
+            out["pipeline_parallel_layers_per_stage"] = L // (plan.pp * v)
+        return out
+    if v > 1:
+        raise ValueError(
+            "virtual_stages > 1 with uneven stages: export the layout by hand (module_fqns_per_model_part)"
+        )
+    k = lps[1] if len(lps) > 2 else max(lps)
+    if len(set(lps[1:-1])) > 1 or lps[0] > k or lps[-1] > k:
+        raise ValueError(
+            f"layers_per_stage={list(lps)}: torchtitan's options make the first and last stage lighter than "
+            "equal middle stages only; set module_fqns_per_model_part by hand"
+        )
+    return {
+        "pipeline_parallel_first_stage_less_layers": k - lps[0],
+        "pipeline_parallel_last_stage_less_layers": k - lps[-1],
+    }
+
+
+def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
+    """torchtitan settings for ``plan`` as {section: {option: value}}, and notes (``engine_plan`` is the plan they
+    run)."""
+    changes, runs_notes = _torchtitan_runs(plan)
+    notes = list(runs_notes)
+    zero = changes.get("zero", plan.zero)
+    if zero == 0:
         replicate, shard, reshard = plan.dp, 1, None
     else:
         replicate, shard = 1, plan.dp
-        reshard = "never" if plan.zero in (1, 2) else "always"
-        if plan.zero == 1:
-            notes.append("torchtitan has no ZeRO-1: exported as FSDP without resharding after forward (ZeRO-2-like)")
+        reshard = "never" if zero == 2 else "always"
     if plan.model.family not in TORCHTITAN_MODELS:
         notes.append(
             f"torchtitan at {TORCHTITAN_COMMIT} has model code for {', '.join(TORCHTITAN_MODELS.values())} "
             f"only (torchtitan/models/): {plan.model.name} ({plan.model.family}) needs its own model "
             "definition"
         )
+    if mtp_layers(plan.model):
+        notes.append(
+            f"torchtitan at {TORCHTITAN_COMMIT} has no multi-token-prediction module: {plan.model.name}'s "
+            f"{mtp_layers(plan.model)} MTP depth(s) are not trained"
+        )
     par: dict[str, object] = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard}
-    if reshard is not None and shard > 1:
+    if reshard is not None and shard * plan.cp > 1:
         par["fsdp_reshard_after_forward"] = reshard
     par.update(
         {
@@ -290,30 +436,38 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
             "pipeline_parallel_degree": plan.pp,
             "pipeline_parallel_schedule": "Interleaved1F1B" if plan.virtual_stages > 1 else "1F1B",
             "pipeline_parallel_microbatch_size": plan.micro_batch_size,
+            **_torchtitan_stages(plan),
             "context_parallel_degree": plan.cp,
             "expert_parallel_degree": plan.ep,
         }
     )
-    if plan.ep > 1 and plan.etp != plan.tp:
-        notes.append(
-            f"expert tensor parallelism {plan.etp} (experts not split like the dense layers' TP "
-            f"{plan.tp}): not among the pinned torchtitan options; set it by hand where supported"
-        )
-    if plan.layers_per_stage is not None or plan.virtual_stages > 1:
-        notes.append(
-            "set the layers of each stage with pipeline_parallel_layers_per_stage or "
-            "module_fqns_per_model_part to match the plan's stages"
-        )
+    ac: dict[str, object] = {"mode": plan.recompute}
+    if plan.recompute == "selective":
+        ac["selective_ac_option"] = "op"  # the default "2" is full recompute of every 2nd block (job_config.py L506)
     settings = {
         "parallelism": par,
-        "activation_checkpoint": {"mode": plan.recompute},
+        "activation_checkpoint": ac,
         "training": {
-            "local_batch_size": plan.micro_batch_size * plan.micro_batches,
+            # rows of one forward-backward call per DP rank: the m micro-batches with PP, one without (module doc)
+            "local_batch_size": plan.micro_batch_size * (plan.micro_batches if plan.pp > 1 else 1),
             "global_batch_size": plan.global_batch,
             "seq_len": plan.seq,
         },
     }
     return settings, tuple(notes)
+
+
+def engine_plan(plan: Plan, fmt: str, ledger: str | None = None) -> Plan:
+    """The plan the engine of format ``fmt`` runs from ``plan``'s export, in ``ledger`` (default: the plan's own):
+    ``plan`` itself for Megatron-LM, whose flags say all of it; for torchtitan the changes its settings force
+    (ZeRO-1 → FSDP without resharding, its mesh order, sequence parallelism with TP, expert TP = TP), each noted in
+    the export. ValueError (a ``PlanError``/``LedgerError`` naming its factor) when that plan cannot be built."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
+    changes = _torchtitan_runs(plan)[0] if fmt == "torchtitan" else {}
+    if ledger is not None:
+        changes["accounting"] = ledger
+    return plan.replace(**changes) if changes else plan
 
 
 def toml(settings: dict, notes=()) -> str:
@@ -340,17 +494,10 @@ def price_note(plan: Plan) -> str:
 
 
 def export_text(plan: Plan, fmt: str, ledger: str | None = None) -> str:
-    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another), headed by its price in
-    ``ledger`` (default: the plan's own; the command line prices a Megatron-LM export in the ``megatron`` ledger and a
-    torchtitan one in ``fsdp2``, ``ENGINE_LEDGER``). torchtitan runs ZeRO-1 as FSDP without resharding after forward
-    (ZeRO-2-like), so that is what its export prices."""
-    if fmt not in FORMATS:
-        raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
-    priced = (
-        plan
-        if ledger is None
-        else plan.replace(accounting=ledger, **({"zero": 2} if (fmt == "torchtitan" and plan.zero == 1) else {}))
-    )
+    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another), headed by the price
+    of what the engine runs (``engine_plan``) in ``ledger`` (default: the plan's own; the command line prices a
+    Megatron-LM export in the ``megatron`` ledger and a torchtitan one in ``fsdp2``, ``ENGINE_LEDGER``)."""
+    priced = engine_plan(plan, fmt, ledger)
     if fmt == "megatron":
         return f"# {price_note(priced)}\n" + megatron(plan).command()
     return f"# {price_note(priced)}\n" + toml(*torchtitan(plan))
