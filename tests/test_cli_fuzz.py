@@ -3,16 +3,34 @@ real options with values both valid and hostile (zero, negative, huge, non-finit
 run in-process through ``cli.main``. Every one must end with exit 0 and exactly one JSON object (``--json``) or a
 table, or exit 2 with one line ``meshplan: error: ...`` and no traceback; hypothesis' deadline bounds the time of
 each (a hang fails the test).
+
+Issue 29 added three kinds: the output channels (the same command lines with stdout or stderr closed, a full disk
+and a reader that leaves, in process: ``sys.stdout`` None is what Python sets for a closed descriptor), schedules
+of every kind with operations of zero time (each operation printed once, in order), and ``validate --output`` on a
+path of every file type (refused unless a regular file or nothing, the path left as it was).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import io
 import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+from unittest import mock
 
+import pytest
 from commands import run
 from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from meshplan import cli
+from meshplan.realrun import command
+from meshplan.schedule import KINDS, simulate
 
 VALUES = [
     "1",
@@ -181,3 +199,168 @@ def test_known_hostile_lines():
     report = json.loads(out)
     assert rc == 0 and report["comm_bytes_per_step"]["cp"] == 0 and report["link"]["cp"] is None
     assert report["comm_bytes_per_step"]["edp"] > 0 and report["link"]["edp"] == "nvlink"
+
+
+# ---------------------------------------------------------------- issue 29: output channels
+CHANNELS = ["stdout_closed", "stderr_closed", "both_closed", "disk_full", "broken_pipe"]
+
+
+class _Failing(io.StringIO):
+    """A stdout whose every write fails with ``exc``."""
+
+    def __init__(self, exc: OSError):
+        super().__init__()
+        self.exc = exc
+
+    def write(self, text):
+        raise self.exc
+
+
+def _in_channel(argv: list[str], channel: str) -> tuple[int, str]:
+    """``cli.main(argv)`` with stdout and stderr as ``channel`` makes them: its code and what reached stderr."""
+    err = None if channel in ("stderr_closed", "both_closed") else io.StringIO()
+    out: io.StringIO | None = {
+        "stdout_closed": None,
+        "both_closed": None,
+        "stderr_closed": io.StringIO(),
+        "disk_full": _Failing(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))),
+        "broken_pipe": _Failing(BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))),
+    }[channel]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = cli.main(argv)
+    if channel == "stderr_closed":  # what stdout got is what it gets with stderr open: the error never goes there
+        assert out is not None and out.getvalue() == run(argv).stdout, argv
+    return rc, "" if err is None else err.getvalue()
+
+
+@FUZZ
+@given(st.one_of(plan_argv(), schedule_argv()), st.sampled_from(CHANNELS))
+def test_output_channels(argv, channel):
+    rc, err = _in_channel(argv, channel)
+    normal = run(argv)
+    assert "Traceback" not in err, (argv, channel)
+    if channel == "stdout_closed":  # refused before anything runs, bad input or not
+        assert rc == 2 and err.startswith("meshplan: error: stdout is closed") and err.count("\n") == 1, err
+    elif channel == "both_closed":
+        assert (rc, err) == (2, ""), argv
+    elif channel == "stderr_closed":
+        assert (rc, err) == (normal.returncode, ""), argv
+    elif normal.returncode == 2:  # bad input is found before anything is printed
+        assert (rc, err) == (2, normal.stderr), argv
+    elif channel == "disk_full":
+        assert rc == 1 and err == "meshplan: error: cannot write the output: No space left on device\n", (argv, err)
+    else:
+        assert (rc, err) == (141, ""), (argv, err)
+
+
+# ---------------------------------------------------------------- issue 29: operations of zero time
+TIMES = ["0", "1", "2", "0.5", "3"]
+
+
+@st.composite
+def zero_time_schedule(draw):
+    kind = draw(st.sampled_from(KINDS))
+    times = [draw(st.sampled_from(TIMES)) for _ in "fbw"]
+    times[draw(st.integers(0, 2))] = "0"  # at least one operation of zero time
+    argv = ["schedule", "--kind", kind, "--pp", draw(st.sampled_from(["1", "2", "3", "4", "8"]))]
+    argv += ["--micro-batches", draw(st.sampled_from(["1", "2", "4", "8", "16"]))]
+    argv += ["--virtual-stages", draw(st.sampled_from(["1", "2", "3"]))]
+    argv += [a for name, t in zip("fbw", times) for a in (f"--{name}", t)]
+    return argv + (["--json"] if draw(st.booleans()) else [])
+
+
+@FUZZ
+@given(zero_time_schedule())
+def test_schedules_with_operations_of_zero_time(argv):
+    check(argv)
+    rc, out, _ = run(argv)
+    if rc != 0 or "--json" in argv:
+        return
+    opt = dict(zip(argv[1::2], argv[2::2]))
+    t = simulate(
+        opt["--kind"],
+        int(opt["--pp"]),
+        int(opt["--micro-batches"]),
+        int(opt["--virtual-stages"]),
+        *(float(opt[f"--{name}"]) for name in "fbw"),
+    )
+    rows = [line for line in out.splitlines() if line.startswith("stage ")]
+    assert len(rows) == t.pp, argv
+    for s, row in enumerate(rows):  # every operation once, in time order: a grid's labels or the list's label@start
+        tokens = row.split("|", 1)[1].split()
+        assert [tok.split("@")[0] for tok in tokens if not set(tok) <= {"=", "."}] == [
+            e.label for e in t.stage_events(s)
+        ], (argv, s)
+
+
+# ---------------------------------------------------------------- issue 29: output paths of every file type
+FILE_TYPES = {  # kind -> None (accepted) or the words of its refusal
+    "absent": None,
+    "regular": None,
+    "folder": "is a directory",
+    "fifo": "is a FIFO (named pipe)",
+    "link-to-regular": "is a symbolic link",
+    "dangling-link": "is a symbolic link",
+    "link-to-folder": "is a symbolic link",
+    "device": "is a character device",
+    "trailing-slash": "names a directory",
+    "missing-parent": "does not exist",
+    "parent-is-file": "is not a directory",
+}
+NAMES = ["r.json", "résultats.json", "a b.json", ".hidden", "x" * 200]
+
+
+def _make(tmp: Path, kind: str, name: str) -> str:
+    """A path of file type ``kind`` under ``tmp`` (``device`` is /dev/null: only ever looked at)."""
+    target = tmp / name
+    (tmp / "other.json").write_text("{}")
+    (tmp / "folder").mkdir()
+    if kind == "regular":
+        target.write_text("old")
+    elif kind == "folder":
+        target.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(target)
+    elif kind.startswith("link") or kind == "dangling-link":
+        dest = {"link-to-regular": "other.json", "dangling-link": "nowhere.json", "link-to-folder": "folder"}[kind]
+        target.symlink_to(tmp / dest)
+    elif kind == "device":
+        return os.devnull
+    elif kind == "trailing-slash":
+        return f"{target}/"
+    elif kind == "missing-parent":
+        return str(tmp / "missing" / name)
+    elif kind == "parent-is-file":
+        return str(tmp / "other.json" / name)
+    return str(target)
+
+
+def _snapshot(tmp: Path) -> dict:
+    def one(p: Path):
+        st_ = os.lstat(p)
+        return stat.S_IFMT(st_.st_mode), st_.st_ino, os.readlink(p) if p.is_symlink() else None
+
+    return {p.name: one(p) for p in tmp.iterdir()}
+
+
+@pytest.mark.parametrize("kind", sorted(FILE_TYPES))
+@settings(FUZZ, max_examples=examples(10))
+@given(name=st.sampled_from(NAMES))
+def test_output_paths_of_every_file_type(kind, name):
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        path = _make(tmp, kind, name)
+        before, device = _snapshot(tmp), os.lstat(os.devnull)
+        refusal = FILE_TYPES[kind]
+        with mock.patch.object(command, "run_checks", side_effect=AssertionError("ran before checking --output")):
+            if refusal is None:  # accepted: written through a temporary file renamed over the path, nothing else left
+                assert command.check_output(path) == Path(path)
+                command._write(Path(path), {"rows": []})
+                assert json.loads(Path(path).read_text()) == {"rows": []} and Path(path).is_file()
+                assert sorted(p.name for p in tmp.iterdir()) == sorted({*before, name})
+            else:
+                rc, out, err = run(["validate", "--quick", "--output", path])
+                assert (rc, out) == (2, ""), (kind, err)
+                assert err.startswith(f"meshplan: error: --output {path}") and refusal in err, (kind, err)
+                assert err.count("\n") == 1 and _snapshot(tmp) == before, kind
+        assert os.lstat(os.devnull).st_rdev == device.st_rdev and stat.S_ISCHR(os.lstat(os.devnull).st_mode)

@@ -1,21 +1,32 @@
 """Command line: ``meshplan plan|search|export|schedule|validate ...`` (also ``python -m meshplan``).
 
 The one place that owns argparse: every sub-command's options are defined here and call plain library
-functions. A stable contract: with ``--json`` exactly one JSON object (or list, for ``search``) on stdout;
-without it a readable table. Bad input: one line on stderr naming the factor, exit code 2, no traceback.
+functions. A stable contract: with ``--json`` exactly one JSON object (or list, for ``search``) on stdout, strict
+JSON (a number that would be NaN or Infinity is an error naming it, and for a time the hardware figure behind it);
+without it a readable table. Bad input: one line on stderr naming the factor, exit code 2, no traceback; a closed
+stdout is bad input too (refused before anything runs). An error never goes to stdout: with stderr closed it is not
+printed (the exit code still tells). A write to stdout that fails (disk full, I/O error) is one line and exit code 1;
+a reader that leaves (``| head``) ends the command quietly with 141, as other Unix tools. Third-party warnings
+(transformers counting an unknown family, torch, numpy) are silenced while a command with a model runs: what
+matters reaches the library's own message.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
+import logging
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from meshplan import __version__
+from meshplan.core.schemas import field_name
 from meshplan.core.units import GB
 from meshplan.core.validation import check_count, check_zero
 from meshplan.export import ENGINE_LEDGER, FORMATS, export_text
@@ -26,7 +37,7 @@ from meshplan.schedule import KINDS, format_timeline, simulate
 from meshplan.search import format_search, search
 from meshplan.spec.accounting import LEDGERS
 from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, parse_order
-from meshplan.spec.hardware import available_hardware, load_hardware
+from meshplan.spec.hardware import Hardware, available_hardware, load_hardware
 from meshplan.steptime import execution_for
 from meshplan.steptime.contract import plan_json
 
@@ -40,6 +51,10 @@ class _Parser(argparse.ArgumentParser):
 
 class _UsageError(Exception):
     pass
+
+
+class _OutputError(Exception):
+    """A write to stdout failed (other than a broken pipe): disk full, I/O error."""
 
 
 def _int(name: str, limit: int | None = None) -> Callable[[str], int]:
@@ -213,7 +228,7 @@ def _plan(args) -> int:
 
     report = evaluate(plan_from_args(args))
     if args.json:
-        _print(json.dumps(plan_json(report)))
+        _print(_json(plan_json(report), report.plan.hardware))
     else:
         _print(format_report(report))
     return 0
@@ -236,7 +251,7 @@ def _search(args) -> int:
         execution=replace(execution_for(args.accounting), pipeline=args.pipeline),
     )
     if args.json:
-        _print(json.dumps([c.to_dict(i) for i, c in enumerate(result.ranked[: args.top], 1)]))
+        _print(_json([c.to_dict(i) for i, c in enumerate(result.ranked[: args.top], 1)], load_hardware(args.hardware)))
     else:
         _print(format_search(result, args.top))
     return 0
@@ -307,7 +322,7 @@ def _time(name: str) -> Callable[[str], float]:
 def _schedule(args) -> int:
 
     t = simulate(args.kind, args.pp, args.micro_batches, args.virtual_stages, args.f, args.b, args.w)
-    _print(json.dumps(t.to_dict()) if args.json else format_timeline(t))
+    _print(_json(t.to_dict()) if args.json else format_timeline(t))
     return 0
 
 
@@ -330,7 +345,7 @@ def _validate(args) -> int:
 
     rows, _ = validate(args.quick, args.output)
     if args.json:
-        _print(json.dumps([r.to_dict() for r in rows], ensure_ascii=False))
+        _print(_json([r.to_dict() for r in rows], ensure_ascii=False))
     else:
         failed = [r for r in rows if r.failed]
         _print(
@@ -339,10 +354,7 @@ def _validate(args) -> int:
         )
     for r in rows:
         if r.failed:
-            print(
-                f"meshplan: exact row differs: {r.check}: predicted {r.predicted}, measured {r.measured}",
-                file=sys.stderr,
-            )
+            _err(f"meshplan: exact row differs: {r.check}: predicted {r.predicted}, measured {r.measured}")
     return 1 if any(r.failed for r in rows) else 0
 
 
@@ -384,37 +396,170 @@ def _commands(parser: argparse.ArgumentParser) -> list[str]:
     return [name for a in parser._actions if isinstance(a, argparse._SubParsersAction) for name in a.choices]
 
 
-def _print(text: str) -> None:
-    """Print ``text``; characters the terminal's encoding cannot show are replaced, not fatal."""
+# ---------------------------------------------------------------- output
+_DIMS = ("dp", "tp", "pp", "cp", "ep", "edp")
+_TERM_FIGURES = {"compute": ("peak_bf16_flop_per_s", "hbm_bytes_per_s"), "optimizer": ("hbm_bytes_per_s",)}
+
+
+def _non_finite(obj: Any, path: tuple = ()) -> tuple[tuple, float] | None:
+    """The path and value of the first number in ``obj`` that is not finite (depth first, in key order), or None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else (path, obj)
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = _non_finite(value, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _figures(entry: dict, path: tuple) -> tuple[str, ...]:
+    """The hardware fields a time of a plan's JSON object (``entry``) divides by: a dimension's link bandwidth
+    (``comm_time_s.pp``, ``step_time_terms_s.pp_s``; the DP sync's links for ``dp_exposed_s``), the compute peak
+    and HBM bandwidth for ``compute_s``, HBM for ``optimizer_s``; for ``step_time_s``, those of its largest term."""
+    terms = entry.get("step_time_terms_s")
+    if path == ("step_time_s",) and isinstance(terms, dict) and terms:
+        return _figures(entry, ("step_time_terms_s", max(terms, key=lambda k: terms[k])))
+    if len(path) != 2 or path[0] not in ("comm_time_s", "step_time_terms_s"):
+        return ()
+    term = str(path[1]).removesuffix("_s")
+    if term in _TERM_FIGURES:
+        return _TERM_FIGURES[term]
+    dims = ("dp", "cp", "edp") if term == "dp_exposed" else (term,) if term in _DIMS else ()
+    link = entry.get("link")
+    links: dict = link if isinstance(link, dict) else {}
+    return tuple(dict.fromkeys(f"{links[d]}_bytes_per_s" for d in dims if links.get(d) in ("nvlink", "infiniband")))
+
+
+def _not_finite_message(obj: Any, hardware: Hardware | None) -> str:
+    """One line for an output that strict JSON cannot hold: the key of the first non-finite number and, for a plan's
+    object or ``search``'s list of them (``hardware`` given: the plans' machine), the hardware figures a time
+    divides by. The step-time model names a rate too small for a finite step time itself
+    (``steptime.model._check_finite``); this is the last guard of the JSON contract, for every number printed."""
+    found = _non_finite(obj)
+    if found is None:  # json refused something else as out of range
+        return "the output holds a number JSON cannot represent"
+    path, value = found
+    if hardware is None:  # not a plan's object: the key is all there is to name
+        return f"{field_name(path)} would be {value}, which JSON cannot hold"
+    entry, rest = (obj[path[0]], path[1:]) if path and isinstance(path[0], int) else (obj, path)
+    where = (f"plan {path[0] + 1}: " if rest is not path else "") + field_name(rest)  # search's list is ranked
+    figures = _figures(entry, rest) if isinstance(entry, dict) else ()
+    shown = [f"{f}={getattr(hardware, f):g}" for f in figures if getattr(hardware, f, None) is not None]
+    if shown:
+        return (
+            f"{where} would be {value}, which JSON cannot hold: hardware {hardware.name!r} has "
+            f"{' and '.join(shown)}, too small for a finite time"
+        )
+    return f"{where} would be {value}, which JSON cannot hold: a figure of the plan or the hardware is out of range"
+
+
+def _json(obj: Any, hardware: Hardware | None = None, **kwargs: Any) -> str:
+    """``obj`` as strict JSON: ValueError (one line, see ``_not_finite_message``) for NaN or an infinity, which
+    ``json.dumps`` would print as the tokens NaN and Infinity that JSON does not have."""
     try:
-        print(text)
-    except UnicodeEncodeError:
-        enc = sys.stdout.encoding or "ascii"
-        sys.stdout.buffer.write(text.encode(enc, errors="replace") + b"\n")
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError:
+        raise ValueError(_not_finite_message(obj, hardware)) from None
+
+
+def _print(text: str) -> None:
+    """Print ``text`` on stdout; characters its encoding cannot show are replaced, not fatal. A failed write is an
+    ``_OutputError`` (a broken pipe stays a BrokenPipeError, for ``main``)."""
+    out = sys.stdout
+    if out is None:  # main refuses a closed stdout first; a caller of _print may not have
+        raise _OutputError("stdout is closed")
+    try:
+        try:
+            print(text, file=out)
+        except UnicodeEncodeError:
+            enc = out.encoding or "ascii"
+            out.buffer.write(text.encode(enc, errors="replace") + b"\n")
+            out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(f"cannot write the output: {exc.strerror or exc}") from None
+
+
+def _flush() -> None:
+    """Flush stdout (what ``_print`` buffered), a failure being an ``_OutputError`` as in ``_print``."""
+    if sys.stdout is None:
+        return
+    try:
         sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _OutputError(f"cannot write the output: {exc.strerror or exc}") from None
+
+
+def _err(line: str) -> None:
+    """``line`` on stderr; nothing when stderr is closed or cannot be written (never onto stdout, where ``print``
+    sends it when ``sys.stderr`` is None: it would break ``--json``'s one object)."""
+    if sys.stderr is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def _no_stray_stderr() -> None:
+    """When the process started with stderr (descriptor 2) closed, open /dev/null there: the next file opened would
+    get descriptor 2 and take whatever a C library writes to stderr (torch's warnings into a results file)."""
+    if sys.stderr is not None:
+        return
+    try:
+        os.fstat(2)
+    except OSError as exc:
+        if exc.errno == errno.EBADF:
+            null = os.open(os.devnull, os.O_WRONLY)
+            if null != 2:
+                os.dup2(null, 2)
+                os.close(null)
+
+
+@contextlib.contextmanager
+def _third_party_quiet() -> Iterator[None]:
+    """Silence third-party warnings (``warnings`` and ``logging`` up to ERROR: transformers logs about a config it
+    counts on the meta device, torch and numpy warn) while a command that reads a model runs, so that bad input
+    is the library's one line and a report leaves stderr empty; restored afterwards (``main`` runs in process in
+    the tests). transformers is not imported for this: ``logging.disable`` stops every logger's records."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; the exit code: 0, 1 (``validate``: an exact row differs; or stdout could not be
+    written), 2 (bad input, a closed stdout included), 141 (the reader of stdout left)."""
+    _no_stray_stderr()
     parser = build_parser()
     try:
+        if sys.stdout is None:  # `>&-`: every command prints its answer there
+            raise _UsageError("stdout is closed: nowhere to print the output (redirect it to a file or /dev/null)")
         args = parser.parse_args(argv)
         if args.command is None:
             raise _UsageError("a command is required: " + ", ".join(_commands(parser)))
-        code = args.run(args)
-        sys.stdout.flush()
+        with _third_party_quiet() if hasattr(args, "model") else contextlib.nullcontext():
+            code = args.run(args)
+        _flush()
         return code
     except (_UsageError, ValueError, RecursionError) as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"meshplan: error: {msg[:500]}", file=sys.stderr)
+        _err(f"meshplan: error: {msg[:500]}")
         return 2
     except BrokenPipeError:  # e.g. `| head`: the reader left; exit quietly like other Unix tools
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # (in process, stdout may have no descriptor)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush goes nowhere
         return 141
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EIO, errno.EDQUOT):
-            print(f"meshplan: error: cannot write the output: {os.strerror(exc.errno)}", file=sys.stderr)
-            return 1
-        raise
+    except _OutputError as exc:
+        _err(f"meshplan: error: {exc}")
+        return 1
 
 
 if __name__ == "__main__":

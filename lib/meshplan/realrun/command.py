@@ -1,15 +1,17 @@
 """``python -m meshplan validate [--quick] [--json] [--output FILE]``: run the checks, print the table.
 
-``validate(quick, output)`` is the library function: it checks the output path and that torch and transformers
-are installed before any run, then returns the rows and the results document (and writes it when asked). The command is
-argparse wiring around it. Exit code 1 if an exact row differs; 2 for bad input (the CLI's convention);
-torch is imported only when the command runs, so ``python -m meshplan plan`` never loads it.
+``validate(quick, output)`` is the library function: it checks the output path (a regular file or nothing: see
+``check_output``) and that torch and transformers are installed before any run, then returns the rows and the
+results document (and writes it when asked). The command is argparse wiring around it. Exit code 1 if an exact
+row differs; 2 for bad input (the CLI's convention); torch is imported only when the command runs, so
+``python -m meshplan plan`` never loads it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,13 +83,50 @@ def run_checks(quick: bool = True) -> list[Row]:
     return rows
 
 
+_NOT_REGULAR = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _existing(path: Path, output: Path | str) -> os.stat_result | None:
+    """``path``'s own status (a link's, not its target's), None if nothing is there; ValueError naming what is
+    there if it is not a regular file (see ``check_output``)."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise ValueError(f"--output {output}: cannot be examined ({exc.strerror or exc})") from None
+    if stat.S_ISREG(st.st_mode):
+        return st
+    what = next((name for test, name in _NOT_REGULAR if test(st.st_mode)), "not a regular file")
+    if what == "a directory":
+        raise ValueError(f"--output {output}: is a directory; give a file name")
+    raise ValueError(
+        f"--output {output}: is {what}, not a regular file (the results are renamed into place, which would "
+        "replace it); give the path of a regular file"
+    )
+
+
 def check_output(output: Path | str) -> Path:
-    """The output path, or ValueError if the results could not be written there: a directory, a missing
-    or non-directory parent, or no permission to write. Checked before any run (the runs take minutes)."""
+    """The output path, or ValueError if the results could not be written there: a missing or non-directory
+    parent, no permission to write, or an existing path that is not a regular file. Checked before any run (the
+    runs take minutes), and again just before the write.
+
+    The document is written to a temporary file in the same folder, then renamed over the path (a reader never sees
+    half a file). A rename replaces what it lands on instead of writing into it, so only a regular file (or nothing)
+    is accepted there: a directory, a symbolic link (even to a regular file: the link would be replaced, not its
+    target written), a device (``/dev/null``, ``/dev/full``), a FIFO or a socket is refused by name."""
+    if str(output).endswith(("/", os.sep)) and str(output).strip("/" + os.sep):
+        raise ValueError(f"--output {output}: names a directory (the trailing /); give a file name")
     path = Path(output)
     parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise ValueError(f"--output {output}: is a directory; give a file name")
+    _existing(path, output)
     if not parent.is_dir():
         what = "is not a directory" if parent.exists() else "does not exist"
         raise ValueError(f"--output {output}: the directory {parent} {what}")
@@ -97,17 +136,22 @@ def check_output(output: Path | str) -> Path:
 
 
 def _write(path: Path, doc: dict) -> None:
-    """Write atomically (a temporary file in the same directory, then a rename); ValueError on failure."""
+    """Write atomically (a temporary file in the same directory, then a rename over ``path``, which must still be a
+    regular file or absent: ``check_output``); ValueError on failure, or for a non-finite number (not JSON)."""
+    try:
+        text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError:
+        raise ValueError(f"--output {path}: the results hold a non-finite number, which JSON cannot hold") from None
+    existing = _existing(path, path)  # the runs took minutes: look again
     umask = os.umask(0)
     os.umask(umask)
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask
+    mode = existing.st_mode & 0o777 if existing is not None else 0o666 & ~umask
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             os.fchmod(fd, mode)  # mkstemp makes 0600; keep the file's usual mode
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=1, ensure_ascii=False)
-                f.write("\n")
+                f.write(text)
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):

@@ -16,8 +16,11 @@ from meshplan.schedule.simulation import Timeline
 def _grid(t: Timeline, max_cells: int) -> tuple[int, int] | None:
     """(unit, cells): the largest time unit (in the trace's integer units) that every start and duration is
     a whole multiple of, and the step's length in such units, if that is at most ``max_cells``; else None.
-    Exact: the trace's times are integers, so no float rounding can put an operation outside the grid."""
+    Exact: the trace's times are integers, so no float rounding can put an operation outside the grid. None too when
+    an operation that runs takes no time (``--w 0`` with ZB-H1's W): it has no cell to hold its label."""
     tr = t.trace
+    if any(not tr.durations[op.kind] for ops in tr.orders for op in ops):
+        return None
     durations = [d for d in tr.durations.values() if d]
     end = max((st[-1] + tr.durations[ops[-1].kind] for ops, st in zip(tr.orders, tr.starts) if st), default=0)
     if not durations or end > max_cells * max(durations):  # cells >= end / longest: cannot fit
@@ -27,9 +30,15 @@ def _grid(t: Timeline, max_cells: int) -> tuple[int, int] | None:
 
 
 def format_timeline(t: Timeline, max_cells: int = 240) -> str:
-    """A text timeline: a header, then one row per device. When every operation is a whole number of
-    slots of a common unit and the step fits in ``max_cells`` slots, each slot is a cell (``.`` idle, an
-    operation's label in its first slot, ``=`` in the rest); otherwise each row lists ``label@start``."""
+    """A text timeline: a header, then one row per device. When every operation is a whole number (at least one)
+    of slots of a common unit and the step fits in ``max_cells`` slots, each slot is a cell (``.`` idle, an
+    operation's label in its first slot, ``=`` in the rest); otherwise each row lists ``label@start``, so that an
+    operation of zero time is listed too.
+
+    >>> from meshplan.schedule import simulate
+    >>> print(format_timeline(simulate("zb-h1", 2, 2, w=0)).splitlines()[-1])
+    stage  1 | F0@1 B0@2 F1@3 B1@4 W0@5 W1@5
+    """
     head = [
         (
             f"{NAMES.get(t.kind, t.kind)}: p = {t.pp}, m = {t.micro_batches}, v = {t.virtual_stages}, "

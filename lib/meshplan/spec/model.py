@@ -68,13 +68,25 @@ def available_models() -> list[str]:
     return sorted(p.stem for p in MODELS_DIR.glob("*.json"))
 
 
+def _written_as_path(text: str) -> bool:
+    """Whether ``text`` can only be a path: absolute, or starting with ``.`` (``./qwen3-8b``, ``../m``, ``.m``)."""
+    return text.startswith(".") or Path(text).is_absolute()
+
+
 def _resolve(text: str) -> Path:
-    """The config file a model name or path designates (a directory means its config.json)."""
+    """The config file a model name or path designates (a directory means its config.json): see ``load_model``."""
     try:
-        shipped = MODELS_DIR / f"{text}.json"  # a stem, or a stem under a folder of data/models/ ("public/gpt2")
-        if shipped.is_file() and MODELS_DIR.resolve() in shipped.resolve().parents:
-            return shipped
         path = Path(text)
+        shipped = MODELS_DIR / f"{text}.json"  # a stem, or a stem under a folder of data/models/ ("public/gpt2")
+        if not _written_as_path(text) and shipped.is_file() and MODELS_DIR.resolve() in shipped.resolve().parents:
+            if path.exists():
+                what = "folder" if path.is_dir() else "file"
+                raise ConfigError(  # text is a shipped stem: printable as it is
+                    f"model '{text}' is ambiguous: both a shipped model and the {what} {text} here; "
+                    f"write ./{text} for the {what}, or {shipped} for the shipped model",
+                    "model",
+                )
+            return shipped
         if path.is_dir():
             if not (path / "config.json").is_file():
                 raise ConfigError(f"model directory {text!r} has no config.json", "model")
@@ -95,6 +107,11 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """Load a model by file stem in ``data/models/`` (e.g. ``"qwen3.8-27b"``, or ``"public/mixtral-8x7b-v0.1"`` for
     the per-family configs the tests check against transformers), by path to a config.json, or by a Hugging Face
     model directory holding one.
+
+    A name written as a path (absolute, or starting with ``.``: ``./qwen3-8b``, the folder ``huggingface-cli download
+    --local-dir`` makes) is always that file or folder, never a shipped model. A bare name that is both a shipped stem
+    and an existing file or folder of the working directory is refused as ambiguous (ConfigError saying how to write
+    either), so that one command line never means two models depending on where it runs.
 
     Raises ConfigError (a ValueError) for an unknown name, an unreadable, binary, oversized or too deeply nested
     file, invalid JSON or a malformed config, naming the file.
