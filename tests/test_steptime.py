@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pytest
 
@@ -407,7 +408,8 @@ def test_a_rate_too_small_for_a_finite_step_time_is_named(rate):
 
     from meshplan.spec.hardware import load_hardware
 
-    hw = replace(load_hardware("h100-sxm-80gb"), **{rate: 1e-300})
+    tiny: dict[str, Any] = {rate: 1e-300}
+    hw = replace(load_hardware("h100-sxm-80gb"), **tiny)
     report = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, hardware=hw))
     with pytest.raises(ValueError, match=rf"^hardware 'h100-sxm-80gb' has {rate}=1e-300, too small for a finite step"):
         step_time(report)
