@@ -127,25 +127,14 @@ def _freq_pattern(flags: list[int]) -> str:
 
 def mtp_layers(model: ModelSpec) -> int:
     """Depths of the model's multi-token-prediction module (Megatron-LM's ``--mtp-num-layers``, ``arguments.py``
-    L1691): ``ModelSpec.num_mtp_layers`` (Qwen3.5), or, for DeepSeek-V3, whose module the spec counts only in
-    ``params.extra["mtp"]`` (``spec.models.deepseek``: per depth enorm, hnorm, eh_proj 2h → h, one MoE layer and
-    the shared head's norm), that count over one depth's parameters. ValueError when it is not a whole number.
+    L1691): ``ModelSpec.num_mtp_layers`` (Qwen3.5's ``mtp_num_hidden_layers``, DeepSeek-V3's
+    ``num_nextn_predict_layers``).
 
         >>> from meshplan import load_model
         >>> [mtp_layers(load_model(name)) for name in ("deepseek-v3", "qwen3.8-27b", "qwen3-8b")]
         [1, 1, 0]
     """
-    if model.num_mtp_layers:
-        return model.num_mtp_layers
-    extra = model.params.extra.get("mtp", 0)
-    if not extra:
-        return 0
-    h = model.hidden_size
-    moe = [p for p, L in zip(model.layer_params, model.layers) if L.is_moe]
-    depth = 3 * h + 2 * h * h + (max(moe) if moe else max(model.layer_params))
-    if extra % depth:
-        raise ValueError(f"{model.name}: MTP parameters {extra:,} are not a whole number of depths of {depth:,}")
-    return extra // depth
+    return model.num_mtp_layers
 
 
 def _shape_flags(plan: Plan) -> tuple[list, list]:

@@ -73,6 +73,7 @@ def _read(f: Fields, name: str, family: str) -> ModelSpec:
         tie_word_embeddings=f.boolean("tie_word_embeddings", False),
         max_position_embeddings=f.opt_integer("max_position_embeddings"),
         extra=extra,
+        num_mtp_layers=n_mtp,
     )
 
 
