@@ -278,11 +278,12 @@ def test_a_reader_that_leaves_ends_a_real_process_quietly():
 
 # ---------------------------------------------------------------- 4. strict JSON
 def _hardware_file(tmp: Path, **values) -> Path:
+    """The lab preset with ``values``, named 'tiny', in a file of its own (``load_hardware`` caches by path)."""
     raw = json.loads((REPO / "lib/meshplan/data/hardware/lab.json").read_text())
     raw["name"] = "tiny"
     for k, v in values.items():
         raw[k]["value"] = v
-    path = tmp / "tiny.json"
+    path = tmp / f"tiny-{'-'.join(f'{k}={v!r}' for k, v in values.items())}.json"
     path.write_text(json.dumps(raw))
     return path
 
@@ -316,6 +317,25 @@ def test_a_tiny_hardware_rate_is_an_error_naming_it_not_infinity(tmp_path, field
         rc, out, err = run(command_line)
         assert (rc, out) == (2, ""), command_line
         one_error(err, f"{field}=1e-300", "too small for a finite")
+
+
+def test_strict_json_on_a_sweep_of_tiny_bandwidths(tmp_path):
+    """InfiniBand from 1e-299 down to 4e-300 B/s (PP over it), 13 values: every answer is strict JSON or one line
+    naming the field. Near 5.5e-300 every term of the step time is finite but their sum is not, which the step-time
+    model's check of its terms lets through as "step_time_s": Infinity; the JSON guard names the field."""
+    named = []
+    for i in range(13):
+        v = float(f"{10 ** (-299 - i / 30):.2g}")
+        hw = _hardware_file(tmp_path, infiniband_bytes_per_s=v)
+        argv = ["plan", "--model", "qwen3.8-27b", "--gpus", "16", "--tp", "8", "--pp", "2", "--hardware", str(hw)]
+        rc, out, err = run([*argv, "--json"])
+        if rc == 0:
+            assert "Infinity" not in out and "NaN" not in out and isinstance(json.loads(out), dict), v
+        else:
+            assert (rc, out) == (2, ""), v
+            one_error(err, f"infiniband_bytes_per_s={v:g}", "too small for a finite")
+            named.append(err)
+    assert len(named) >= 4 and any("step_time_s would be inf" in e for e in named), named
 
 
 def test_strict_json_names_the_key_and_the_hardware_figure():
