@@ -413,3 +413,17 @@ def test_a_rate_too_small_for_a_finite_step_time_is_named(rate):
     report = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, hardware=hw))
     with pytest.raises(ValueError, match=rf"^hardware 'h100-sxm-80gb' has {rate}=1e-300, too small for a finite step"):
         step_time(report)
+
+
+def test_the_rate_named_is_the_failing_terms_own():
+    """A single-node TP 8 plan whose NVLink is too slow names NVLink, even when InfiniBand (which this plan does
+    not use) is slower still."""
+    from dataclasses import replace
+
+    from meshplan.spec.hardware import load_hardware
+
+    tiny: dict[str, Any] = {"nvlink_bytes_per_s": 1e-300, "infiniband_bytes_per_s": 1e-301}
+    hw = replace(load_hardware("h100-sxm-80gb"), **tiny)
+    report = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, hardware=hw))
+    with pytest.raises(ValueError, match=r"has nvlink_bytes_per_s=1e-300, too small for a finite step time \(tp_s"):
+        step_time(report)

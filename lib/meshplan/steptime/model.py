@@ -535,23 +535,49 @@ def step_time(report: Report, execution: Execution | None = None, calibration_: 
         bubble_s=bubble,
         optimizer_s=optimizer_bytes / _hbm(hw),
     )
-    _check_finite(st, hw)
+    _check_finite(st, report)
     return st
 
 
 RATES = ("peak_bf16_flop_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
 
 
-def _check_finite(st: StepTime, hw: Hardware) -> None:
-    """ValueError naming the hardware rate that makes a term infinite (or not a number): a rate so small that the
-    work divided by it overflows a float. Real rates are 10⁹ and more, so the culprit is the smallest one."""
-    bad = [k for k, x in st.terms().items() if not math.isfinite(x)]
-    if bad:
-        name = min((r for r in RATES if getattr(hw, r)), key=lambda r: getattr(hw, r))
-        raise ValueError(
-            f"hardware {hw.name!r} has {name}={getattr(hw, name):g}, too small for a finite step time "
-            f"({', '.join(bad)} overflow)"
-        )
+def _rate_of(term: str, report: Report) -> str | None:
+    """The hardware rate ``term`` divides its work by (None for the bubble, which is made of the others)."""
+    p, hw = report.plan, report.plan.hardware
+    if term in ("tp_s", "cp_s", "ep_s", "pp_s"):
+        link = report.link[term[:2]]
+        return f"{link}_bytes_per_s" if link else None
+    if term == "dp_exposed_s":
+        links = {report.link[k] for k, x in report.grad_sync_bytes.items() if x and report.link[k]}
+        return min((f"{x}_bytes_per_s" for x in links), key=lambda r: getattr(hw, r), default=None)
+    if term == "optimizer_s":
+        return "hbm_bytes_per_s"
+    if term == "compute_s":  # the FLOP at the peak, or the bytes at HBM bandwidth: whichever cannot be finite
+        flop = hardware_flop_per_step(report) / p.gpus
+        return "peak_bf16_flop_per_s" if not math.isfinite(flop / _peak(hw)) else "hbm_bytes_per_s"
+    return None
+
+
+def _check_finite(st: StepTime, report: Report) -> None:
+    """ValueError naming the hardware rate that makes the step time infinite (or not a number): a rate so small that
+    the work a term divides by it overflows a float, or that the terms' sum does. The rate is the failing term's own
+    (its link's bandwidth, the bf16 peak, HBM bandwidth); for the bubble or a sum, the largest finite term's."""
+    hw = report.plan.hardware
+    terms = st.terms()
+    bad = [k for k, x in terms.items() if not math.isfinite(x)]
+    if not bad and math.isfinite(st.total_s):
+        return
+    named = [r for r in (_rate_of(k, report) for k in bad) if r]
+    if not named:  # only the bubble, or only the sum, overflows: the largest finite term's rate
+        finite = [k for k, x in terms.items() if math.isfinite(x) and _rate_of(k, report)]
+        largest = _rate_of(max(finite, key=terms.__getitem__), report) if finite else None
+        named = [largest] if largest else []
+    name = named[0] if named else min((r for r in RATES if getattr(hw, r)), key=lambda r: getattr(hw, r))
+    raise ValueError(
+        f"hardware {hw.name!r} has {name}={getattr(hw, name):g}, too small for a finite step time "
+        f"({', '.join(bad) or 'their sum'} overflow{'s' if len(bad) == 1 or not bad else ''})"
+    )
 
 
 # ---------------------------------------------------------------- FLOP, MFU, HFU
