@@ -16,10 +16,19 @@ failure names the rejection: two policies of the search, TP inside one node (tp 
 the floor off); then the plan's own rules, asked of the plan's parts as ``Plan.create`` builds them, each
 rejection carrying the ``PlanError``'s message: the workload (``Workload.for_global_batch``: the global batch
 divisible by DP × micro-batch size, rejected as ``"global batch"``), then ``Plan`` (heads, layers, sequence,
-experts, interleaving, the ledger's refusals: ``"plan"``); then memory. The mesh shape (``ParallelDims``) and its
-workloads are built once per shape, the ``Plan`` once per candidate. Search sizes are divisors of the GPU count: TP
+experts, interleaving, the ledger's refusals: ``"plan"``); then memory. Search sizes are divisors of the GPU count: TP
 up to 2 × GPUs per node (so that crossing a node is reported), CP up to ``max_cp``, PP up to the layers; when PP does
 not divide the layers, the stages are spread ends-lighter (``plan.spread_layers``) unless ``uneven_stages=False``.
+
+Stage layout: each plan places what lies outside the decoder layers as the ledger's engine does
+(``stage_balance_for``): Megatron-LM, torchtitan's pipeline split and DeepSpeed's ``PipelineModule`` put the
+embedding on the first stage and the head (with the final norm and an MTP module) on the last (``"max"``); the lab
+ledger spreads them evenly, as the lab page does (``"even"``). ``stage_balance=`` chooses either.
+
+Cost: the mesh shape (``ParallelDims``) and its workloads are built once per shape; a plan's memory is priced from
+what its shape, ZeRO stage, micro-batch size and virtual stages share, exactly as ``evaluate`` prices it, and only
+the plans that fit are evaluated and timed (``_Pricer``, which proves it; the tests hold it to pricing every plan
+on its own). A search that would enumerate more than ``MAX_PLANS`` plans is refused before it starts.
 
     >>> r = search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8)
     >>> best = r.ranked[0]
@@ -33,6 +42,7 @@ not divide the layers, the stages are spread ends-lighter (``plan.spread_layers`
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,10 +50,11 @@ from itertools import pairwise
 from typing import Any
 
 from meshplan.core.units import fmt_gb, fmt_pct
-from meshplan.core.validation import MeshplanError, PlanError, check_count, check_non_negative_int
-from meshplan.parallel.activations import RECOMPUTE_MODES
+from meshplan.core.validation import MeshplanError, PlanError, check_choice, check_count, check_non_negative_int
+from meshplan.parallel.activations import RECOMPUTE_MODES, activation_bytes_per_layer
 from meshplan.plan import Plan, Report, Workload, evaluate
 from meshplan.plan.construct import MAX_GLOBAL_BATCH
+from meshplan.plan.evaluation import _stage_activations, _stage_states
 from meshplan.plan.reporting import plan_label
 from meshplan.spec.accounting import Accounting, get_accounting
 from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims
@@ -67,6 +78,11 @@ ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
 MICRO_BATCH_SIZES = (1, 2, 4)
 VIRTUAL_STAGES = (1, 2, 4)
+BALANCES = ("even", "max")  # Plan.stage_balance
+# The most plans one search enumerates. Every shipped model stays below it at any GPU count up to MAX_GPUS (the
+# divisors saturate: DeepSeek-V3 enumerates 155,520 from 131,072 GPUs on, Llama 3.1 405B 20,520); a model with more
+# experts or layers can exceed it, and is refused with the sizes that multiply into the count (``_too_many``).
+MAX_PLANS = 200_000
 # The step-time model charges CP's K/V ring only where it outlasts the attention compute (and its latency), and
 # nothing for the attention kernels' lower efficiency on short chunks, so it would split an 8K sequence 32 ways.
 # Megatron's guide (quoted in the course's seed 004) uses CP only for sequences of 8K and more, with CP 2 at 8,192
@@ -85,6 +101,7 @@ __all__ = [
     "mfu",
     "model_flop_per_step",
     "search",
+    "stage_balance_for",
     "step_time",
     "tie_band",
     "tied_ranks",
@@ -160,6 +177,7 @@ class SearchResult:
     band: float = 0.0
     accounting: str = "lab"
     execution: Execution = field(default_factory=Execution)
+    stage_balance: str = "even"
 
     def tied_ranks(self) -> list[int]:
         """The displayed rank of each kept plan: plans within ``band`` of a faster plan's step time share its rank."""
@@ -234,6 +252,201 @@ def _workload(global_batch: int, dp: int, seq: int, b: int) -> Workload | PlanEr
         return exc
 
 
+def stage_balance_for(accounting: Accounting | str) -> str:
+    """The stage layout of a ledger's engine: ``"max"`` for the engine ledgers (Megatron-LM, torchtitan's pipeline
+    split and DeepSpeed's ``PipelineModule`` put the embedding on the first stage and the output head on the last),
+    ``"even"`` for the lab page's ledger (everything outside the decoder layers spread evenly).
+
+        >>> stage_balance_for("megatron"), stage_balance_for("lab")
+        ('max', 'even')
+    """
+    return "even" if get_accounting(accounting).name == "lab" else "max"
+
+
+def _memory_message(total: float, mem: float) -> str:
+    return f"needs {total / 1e9:,.1f} GB per GPU > {mem / 1e9:,.0f} GB"
+
+
+def _stage_states_bytes(plan: Plan) -> list[float]:
+    """Model-state bytes per GPU of each pipeline stage of ``plan``, each summed as ``evaluate`` sums it (stages
+    holding the same parameters share one computation, as there)."""
+    seen: dict[tuple[float, float], float] = {}
+    out = []
+    for st in plan.stages:
+        key = (st.dense_params, st.expert_params)
+        if key not in seen:
+            seen[key] = sum(_stage_states(plan, st).values())
+        out.append(seen[key])
+    return out
+
+
+def _stage_activation_bytes(plan: Plan) -> list[float]:
+    """Activation bytes per GPU of each pipeline stage of ``plan``, as ``evaluate`` computes them."""
+    m = plan.model
+    per_layer = activation_bytes_per_layer(
+        plan.seq, plan.micro_batch_size, m.hidden_size, m.num_attention_heads, plan.tp, plan.recompute,
+        plan.sequence_parallel,
+    )  # fmt: skip
+    return [_stage_activations(plan, st, per_layer) for st in plan.stages]
+
+
+def _shapes(spec: ModelSpec, gpus: int, gpn: int, max_cp: int) -> list[tuple[int, int, int, int, list[int]]]:
+    """The mesh shapes the search enumerates, in its order: (tp, cp, pp, dp, the EP sizes)."""
+    out = []
+    for tp in _divisors(gpus, 2 * gpn):
+        for cp in _divisors(gpus // tp, max_cp):
+            for pp in _divisors(gpus // (tp * cp), spec.num_layers):
+                dp = gpus // (tp * cp * pp)
+                eps = [e for e in _divisors(spec.num_experts, spec.num_experts) if (dp * cp) % e == 0]
+                out.append((tp, cp, pp, dp, eps if spec.is_moe else [1]))
+    return out
+
+
+def _too_many(spec: ModelSpec, gpus: int, n: int, shapes: list[tuple[int, int, int, int, list[int]]]) -> str:
+    """The one line that refuses a search larger than ``MAX_PLANS``, with the sizes that multiply into it."""
+    sizes = {k: len({s[i] for s in shapes}) for i, k in enumerate(("TP", "CP", "PP"))}
+    eps = max(len(s[4]) for s in shapes)
+    counts = ", ".join(f"{v} {k}" for k, v in sizes.items()) + (f", up to {eps} EP" if eps > 1 else "")
+    return (
+        f"gpus={gpus:,}: the search of {spec.name} would enumerate {n:,} plans ({len(shapes):,} mesh shapes of "
+        f"{counts} sizes, each with every ZeRO stage, micro-batch size, virtual stage count and recompute mode), "
+        f"more than the {MAX_PLANS:,} it can price in seconds; narrow it (zero_stages, recompute, "
+        "micro_batch_sizes, virtual_stages, max_cp)"
+    )
+
+
+class _Pricer:
+    """Prices the candidates of a search, one group at a time: the recompute modes of one mesh shape, ZeRO stage,
+    micro-batch size and virtual stages. The pruned path (``prune=True``) returns exactly what pricing every
+    candidate on its own (``Plan``, then ``evaluate``, then the step time of those that fit: ``prune=False``) returns:
+    the same kept plans with the same reports and step times, the same rejections with the same messages, in the
+    same order. Why:
+
+    (1) ``Plan.__post_init__`` reads the recompute mode only to check that it is one (``search`` has checked that),
+        and EP only to check that it divides the experts and that a dense model has none (``search``'s EP sizes are
+        divisors of the experts, 1 for a dense model): whether a plan can be built, and the first rule it fails with
+        its message, depend on tp × cp × pp × dp, the ZeRO stage, the workload and the virtual stages alone. One
+        ``Plan`` per tp × cp × pp × dp, ZeRO stage, micro-batch size and virtual stages answers for every recompute
+        mode and EP size.
+    (2) ``evaluate``'s memory is the most-loaded stage's: max over the stages k of states_k + activations_k, where
+        states_k (``evaluation._stage_states``) reads the mesh shape, EP included, the ZeRO stage, the ledger and the
+        stage's parameters, never the recompute mode, micro-batch size or virtual stages; and activations_k
+        (``evaluation._stage_activations``) reads tp, cp, pp, dp, the recompute mode, b, m (= B ÷ (dp × b)), v, the
+        ledger and the stage, never the ZeRO stage or EP. The pruned path computes each with those very functions,
+        once per the settings it reads (states per shape and ZeRO stage; activations per tp × cp × pp × dp, b, v and
+        recompute mode), and adds them as ``evaluate`` does (states, then activations; the same floats in the same
+        order, so the same total to the bit). A plan over the GPU's memory is rejected with ``evaluate``'s number
+        and never built nor evaluated; one that fits is evaluated, and its report must agree (checked on every kept
+        plan).
+    (3) The step-time model runs only for the plans that fit, as before.
+    """
+
+    def __init__(self, spec: ModelSpec, hw: Hardware, acc: Accounting, ex: Execution, balance: str, prune: bool):
+        self.spec, self.hw, self.acc, self.ex, self.balance, self.prune = spec, hw, acc, ex, balance, prune
+        self.mem = hw.gpu_memory_bytes
+        self.ranked: list[Candidate] = []
+        self.rejected: list[Rejection] = []
+        self.verdicts: dict[tuple[int, int, int], tuple[str, str] | None] = {}  # (zero, b, v) → why not, or None
+        self.activations: dict[tuple[int, int, str], list[float]] = {}  # (b, v, recompute) → bytes per stage
+        self.states: dict[int, list[float]] = {}  # ZeRO stage → bytes per stage
+
+    def shape(self) -> None:
+        """A new tp × cp × pp × dp: forget what (1) and (2) share across its EP sizes."""
+        self.verdicts, self.activations = {}, {}
+
+    def expert_shape(self) -> None:
+        """A new EP size within the shape: forget the model states."""
+        self.states = {}
+
+    def reject(self, settings: dict[str, Any], recompute: tuple[str, ...], reason: tuple[str, str]) -> None:
+        for rc in recompute:
+            self.rejected.append(Rejection({**settings, "recompute": rc}, *reason))
+
+    def group(
+        self,
+        dims: ParallelDims,
+        workload: Workload,
+        zero: int,
+        v: int,
+        lps: tuple[int, ...] | None,
+        recompute: tuple[str, ...],
+    ) -> None:
+        """Price the plans of one group, one per recompute mode, in that order."""
+        b = workload.micro_batch_size
+        settings: dict[str, Any] = {
+            "tp": dims.tp,
+            "cp": dims.cp,
+            "pp": dims.pp,
+            "dp": dims.dp,
+            "ep": dims.ep,
+            "zero": zero,
+        }
+        settings.update(recompute="", micro_batch_size=b, virtual_stages=v)
+
+        def build(rc: str) -> Plan:
+            return Plan(
+                model=self.spec,
+                dims=dims,
+                workload=workload,
+                hardware=self.hw,
+                accounting=self.acc,
+                zero=zero,
+                recompute=rc,
+                virtual_stages=v,
+                layers_per_stage=lps,
+                stage_balance=self.balance,
+            )
+
+        if not self.prune:
+            for rc in recompute:
+                here = {**settings, "recompute": rc}
+                try:
+                    plan = build(rc)
+                except PlanError as exc:
+                    self.rejected.append(Rejection(here, *_reason(exc)))
+                    continue
+                self._keep_if_it_fits(plan, here)
+            return
+        plans: dict[str, Plan] = {}
+        if (zero, b, v) not in self.verdicts:  # (1)
+            try:
+                plans[recompute[0]] = build(recompute[0])
+                self.verdicts[zero, b, v] = None
+            except PlanError as exc:
+                self.verdicts[zero, b, v] = _reason(exc)
+        reason = self.verdicts[zero, b, v]
+        if reason is not None:
+            self.reject(settings, recompute, reason)
+            return
+        for rc in recompute:  # (2)
+            here = {**settings, "recompute": rc}
+            acts = self.activations.get((b, v, rc))
+            if acts is None:
+                plan = plans[rc] = plans.get(rc) or build(rc)
+                acts = self.activations[b, v, rc] = _stage_activation_bytes(plan)
+            states = self.states.get(zero)
+            if states is None:
+                plan = plans[rc] = plans.get(rc) or build(rc)
+                states = self.states[zero] = _stage_states_bytes(plan)
+            total = max(s + a for s, a in zip(states, acts))
+            if total > self.mem and math.isfinite(total):
+                self.rejected.append(Rejection(here, "memory", _memory_message(total, self.mem)))
+            else:  # evaluate names a total too large for a float
+                self._keep_if_it_fits(plans.get(rc) or build(rc), here, total)
+
+    def _keep_if_it_fits(self, plan: Plan, settings: dict[str, Any], total: float | None = None) -> None:
+        """Evaluate ``plan``; keep it with its step time if it fits, else reject it for memory. ``total``: the memory
+        the pruned path found, which the report must repeat."""
+        report = evaluate(plan)
+        found = report.memory_bytes["total"]
+        if total is not None and found != total and math.isfinite(total):
+            raise AssertionError(f"search priced {describe(plan)} at {total!r} B, evaluate at {found!r} B")
+        if report.fits:
+            self.ranked.append(Candidate(plan, report, step_time(report, self.ex), self.ex))
+        else:
+            self.rejected.append(Rejection(settings, "memory", _memory_message(found, self.mem)))
+
+
 def search(
     model,
     gpus: int,
@@ -253,17 +466,22 @@ def search(
     virtual_stages=VIRTUAL_STAGES,
     execution: Execution | None = None,
     band: float | None = None,
+    stage_balance: str | None = None,
+    _prune: bool = True,
 ) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
     ``global_batch`` sequences; keep those that pass every constraint and fit, ranked by ``step_time`` under
     ``execution`` (default: the ``accounting`` ledger's engine, ``steptime.execution_for``); ``band`` (default: the
-    stored ``tie_band()``) sets which step times count as ties.
+    stored ``tie_band()``) sets which step times count as ties. ``stage_balance`` places what lies outside the
+    decoder layers (``Plan.stage_balance``); default: where the ledger's engine places it (``stage_balance_for``:
+    the embedding on the first stage and the head on the last for the engine ledgers, spread evenly for the lab's).
 
     Duplicates are not enumerated: ZeRO stages > 0 only when dp × cp > 1, virtual stages > 1 only with
     pp > 1, EP > 1 only for MoE models. Every argument is validated as ``Plan.create`` validates it (a
     ``MeshplanError``, a ValueError, naming it): the GPU count and order by ``ParallelDims``, the sequence by
     ``Workload``, the same memory, node, stage and recompute rules, so ``search`` never silently finds nothing for a
-    bad input.
+    bad input. ``_prune=False`` prices every candidate on its own: the reference the pruned search equals
+    (``_Pricer``; the tests hold them to it).
     """
     spec = load_model(model)
     ParallelDims.from_gpus(gpus, order=order)  # the GPU count, then the order, as Plan.create checks them
@@ -280,7 +498,10 @@ def search(
     band = tie_band() if band is None else band
     if isinstance(band, bool) or not isinstance(band, (int, float)) or not 0 <= band < 1:
         raise MeshplanError(f"band={band!r} must be a fraction from 0 to 1", "band")
-    gpn, mem = hw.gpus_per_node, hw.gpu_memory_bytes
+    balance = (
+        stage_balance_for(acc) if stage_balance is None else check_choice("stage_balance", stage_balance, BALANCES)
+    )
+    gpn = hw.gpus_per_node
     check_nodes(gpus, gpn)
     zero_stages = _check_choices("zero_stages", zero_stages, ZERO_STAGES)
     recompute = _check_choices("recompute", recompute, RECOMPUTE_MODES)
@@ -288,84 +509,45 @@ def search(
     virtual_stages = tuple(check_count("virtual_stages entry", v) for v in virtual_stages)
     if not micro_batch_sizes or not virtual_stages:
         raise MeshplanError("micro_batch_sizes and virtual_stages need at least one value each", "micro_batch_sizes")
+    shapes = _shapes(spec, gpus, gpn, max_cp)
+    n = sum(
+        len(eps) * (len(zero_stages) if dp * cp > 1 else 1) * (len(virtual_stages) if pp > 1 else 1)
+        for _, cp, pp, dp, eps in shapes
+    ) * (len(micro_batch_sizes) * len(recompute))
+    if n > MAX_PLANS:
+        raise MeshplanError(_too_many(spec, gpus, n, shapes), "gpus")
     L = spec.num_layers
-    ranked: list[Candidate] = []
-    rejected: list[Rejection] = []
-    n = 0
-    for tp in _divisors(gpus, 2 * gpn):
-        for cp in _divisors(gpus // tp, max_cp):
-            for pp in _divisors(gpus // (tp * cp), L):
-                dp = gpus // (tp * cp * pp)
-                lps = None if L % pp == 0 or not uneven_stages else spread_layers(L, pp)
-                eps = (
-                    [e for e in _divisors(spec.num_experts, spec.num_experts) if (dp * cp) % e == 0]
-                    if spec.is_moe
-                    else [1]
-                )
-                # the search's own policies, which are not rules of a plan
-                policy: tuple[str, str] | None = None
-                if tp > gpn:
-                    policy = ("tp inside a node", f"tp={tp} > {gpn} GPUs per node: a TP group would cross nodes")
-                elif cp > 1 and seq // cp < min_seq_per_cp_rank:
-                    policy = (
-                        "cp chunk",
-                        f"cp={cp} leaves {seq // cp:,} tokens per CP rank, fewer than {min_seq_per_cp_rank:,}",
-                    )
-                # the parts the candidates of this shape share, each built (and validated) once
-                works = {b: _workload(global_batch, dp, seq, b) for b in micro_batch_sizes}
-                for ep in eps:
-                    dims = ParallelDims(tp, cp, pp, dp, ep, order=order)
-                    for zero in zero_stages if dp * cp > 1 else (0,):
-                        for b in micro_batch_sizes:
-                            for v in virtual_stages if pp > 1 else (1,):
-                                for rc in recompute:
-                                    n += 1
-                                    settings = {
-                                        "tp": tp,
-                                        "cp": cp,
-                                        "pp": pp,
-                                        "dp": dp,
-                                        "ep": ep,
-                                        "zero": zero,
-                                        "recompute": rc,
-                                        "micro_batch_size": b,
-                                        "virtual_stages": v,
-                                    }
-                                    reason = policy
-                                    if reason is None:
-                                        workload = works[b]
-                                        if isinstance(workload, PlanError):
-                                            reason = _reason(workload)
-                                        else:
-                                            try:
-                                                plan = Plan(
-                                                    model=spec,
-                                                    dims=dims,
-                                                    workload=workload,
-                                                    hardware=hw,
-                                                    accounting=acc,
-                                                    zero=zero,
-                                                    recompute=rc,
-                                                    virtual_stages=v,
-                                                    layers_per_stage=lps,
-                                                )
-                                            except PlanError as exc:
-                                                reason = _reason(exc)
-                                    if reason is not None:
-                                        rejected.append(Rejection(settings, *reason))
-                                        continue
-                                    report = evaluate(plan)
-                                    if not report.fits:
-                                        total = report.memory_bytes["total"]
-                                        rejected.append(
-                                            Rejection(
-                                                settings,
-                                                "memory",
-                                                f"needs {total / 1e9:,.1f} GB per GPU > {mem / 1e9:,.0f} GB",
-                                            )
-                                        )
-                                        continue
-                                    ranked.append(Candidate(plan, report, step_time(report, ex), ex))
+    pricer = _Pricer(spec, hw, acc, ex, balance, _prune)
+    for tp, cp, pp, dp, eps in shapes:
+        lps = None if L % pp == 0 or not uneven_stages else spread_layers(L, pp)
+        # the search's own policies, which are not rules of a plan
+        policy: tuple[str, str] | None = None
+        if tp > gpn:
+            policy = ("tp inside a node", f"tp={tp} > {gpn} GPUs per node: a TP group would cross nodes")
+        elif cp > 1 and seq // cp < min_seq_per_cp_rank:
+            policy = (
+                "cp chunk",
+                f"cp={cp} leaves {seq // cp:,} tokens per CP rank, fewer than {min_seq_per_cp_rank:,}",
+            )
+        # the parts the candidates of this shape share, each built (and validated) once
+        works = {b: _workload(global_batch, dp, seq, b) for b in micro_batch_sizes}
+        pricer.shape()
+        for ep in eps:
+            dims = ParallelDims(tp, cp, pp, dp, ep, order=order)
+            pricer.expert_shape()
+            for zero in zero_stages if dp * cp > 1 else (0,):
+                for b in micro_batch_sizes:
+                    for v in virtual_stages if pp > 1 else (1,):
+                        workload = works[b]
+                        reason = policy or (_reason(workload) if isinstance(workload, PlanError) else None)
+                        if reason is not None:
+                            settings: dict[str, Any] = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "zero": zero}
+                            settings.update(recompute="", micro_batch_size=b, virtual_stages=v)
+                            pricer.reject(settings, recompute, reason)
+                        else:
+                            assert isinstance(workload, Workload)
+                            pricer.group(dims, workload, zero, v, lps, recompute)
+    ranked = pricer.ranked
     ranked.sort(
         key=lambda c: (
             c.step.total_s,
@@ -380,7 +562,9 @@ def search(
             c.plan.virtual_stages,
         )
     )
-    return SearchResult(spec, gpus, seq, global_batch, tuple(ranked), tuple(rejected), n, band, acc.name, ex)
+    return SearchResult(
+        spec, gpus, seq, global_batch, tuple(ranked), tuple(pricer.rejected), n, band, acc.name, ex, balance
+    )
 
 
 def format_search(result: SearchResult, top: int = 10) -> str:
@@ -392,7 +576,8 @@ def format_search(result: SearchResult, top: int = 10) -> str:
         f"{result.model.name} on {result.gpus:,} GPUs, s = {result.seq:,}, global batch {result.global_batch:,} "
         f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
         f"ledger {result.accounting}; attention {ex.attention}, TP overlap {ex.tp_overlap}, DP overlap "
-        f"{'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}",
+        f"{'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}; embedding and head "
+        + ("on the first and last stages" if result.stage_balance == "max" else "spread over the stages"),
         f"plans within {fmt_pct(result.band, 0)} of a faster plan's step time share its rank: "
         + (
             "the model's median error on the step-time ratio of two published runs of one model on one machine "
