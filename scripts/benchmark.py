@@ -4,7 +4,7 @@ Targets: evaluating one plan ≤ 1 ms (lab ledger); a search of 16,384 GPUs ≤ 
 simulator near-linear in its operations; `make check` ≤ 20 s and the pytest parts of `make test` ≤ 60 s on a
 2-core machine; a clean book build ≤ 120 s.
 
-    .venv/bin/python scripts/benchmark.py            # plans, searches, schedules (about a minute)
+    .venv/bin/python scripts/benchmark.py            # plans, searches, schedules (about two minutes)
     .venv/bin/python scripts/benchmark.py --full     # also make check, the parts of make test, page loads in
                                                      # Chromium, a clean book build (about 8 minutes)
 
