@@ -279,9 +279,10 @@ def test_cli_export():
         "tp-cp-ep-dp-pp",
     )
     assert out.returncode == 0, out.stderr
-    # headed by the plan's price in Megatron's own ledger (18 B/param, what autograd saves): the guide's 70B plan
-    # without recompute does not fit in 80 GB
-    price = price_note(guide_plan().replace(accounting="megatron"))
+    # headed by the plan's price in Megatron's own ledger (18 B/param, what autograd saves) and Megatron's stage
+    # layout (the embedding on the first stage, the head on the last): the guide's 70B plan without recompute does not
+    # fit in 80 GB
+    price = price_note(guide_plan().replace(accounting="megatron", stage_balance="max"))
     assert price.startswith("memory per GPU in the megatron ledger: ") and price.endswith("does NOT fit in 80 GB")
     assert out.stdout.strip() == f"# {price}\n" + megatron(guide_plan()).command()
     out = _cli(
@@ -306,7 +307,7 @@ def test_cli_export():
         "--uneven-stages",
     )
     assert out.returncode == 0, out.stderr
-    plan = PLANS["llama405b_uneven_zero2_full_v1"]()
+    plan = PLANS["llama405b_uneven_zero2_full_v1"]().replace(stage_balance="max")  # torchtitan's stage layout
     assert out.stdout == f"# {price_note(engine_plan(plan, 'torchtitan', 'fsdp2'))}\n" + toml(*torchtitan(plan))
     bad = _cli("--format", "megatron", "--model", "llama-3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16")
     assert bad.returncode == 2 and bad.stderr.strip() == (

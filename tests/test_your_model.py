@@ -323,14 +323,14 @@ def moe_fsdp2():
 
 def test_the_search_and_its_ties(moe_megatron):
     r = moe_megatron
-    assert (fmt_int(r.enumerated), fmt_int(len(r.ranked))) == ("25,236", "2,701")
+    assert (fmt_int(r.enumerated), fmt_int(len(r.ranked))) == ("25,236", "2,690")
     assert r.tied_ranks()[:10] == [1, 1, 1, 4, 4, 4, 4, 4, 4, 10]
     best = r.ranked[0]
     assert best.label() == "TP 4 × PP 4 × DP 4 · ZeRO-1 · none · b 2 · m 32 · v 2"
     assert (f"{best.step.total_s:.2f}", fmt_pct(best.mfu()), gb(best.report.memory_bytes["total"])) == (
-        "1.49",
-        "31.0 %",
-        "70.2 GB",
+        "1.50",
+        "30.9 %",
+        "70.5 GB",
     )
     assert (best.plan.ep, best.plan.tp, 768 // best.plan.tp) == (1, 4, 192)
     i = next(i for i, c in enumerate(r.ranked) if c.plan.ep > 1)
@@ -340,7 +340,7 @@ def test_the_search_and_its_ties(moe_megatron):
         4,
         "1.54",
     )
-    assert fmt_pct(ep.step.total_s / best.step.total_s - 1) == "3.4 %"
+    assert fmt_pct(ep.step.total_s / best.step.total_s - 1) == "3.1 %"
     band = fit_data()["tie_band"]
     assert (fmt_pct(band["value"], 0), fmt_pct(band["absolute_median_error"])) == ("3 %", "9.7 %")
     assert fmt_pct(fit_data()["constants"]["matmul_efficiency"]["value"]) == "69.3 %"
@@ -349,7 +349,7 @@ def test_the_search_and_its_ties(moe_megatron):
 def test_the_megatron_export(moe_megatron):
     text = export_text(moe_megatron.ranked[0].plan, "megatron")
     head = (
-        "# memory per GPU in the megatron ledger: 70.2 GB (17.2 GB model states + 53.0 GB activations), fits in 80 GB"
+        "# memory per GPU in the megatron ledger: 70.5 GB (17.5 GB model states + 53.0 GB activations), fits in 80 GB"
     )
     assert text.splitlines()[0] == head
     assert "# note:" not in text  # Qwen3-30B-A3B has no feature the pinned Megatron-LM cannot express

@@ -35,7 +35,7 @@ from meshplan.plan.reporting import format_report
 from meshplan.realrun import format_table, validate
 from meshplan.schedule import KINDS, format_timeline, simulate
 from meshplan.search import format_search, search
-from meshplan.spec.accounting import LEDGERS
+from meshplan.spec.accounting import LEDGERS, get_accounting
 from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, parse_order
 from meshplan.spec.hardware import Hardware, available_hardware, load_hardware
 from meshplan.steptime import execution_for
@@ -184,7 +184,13 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
         "--order", type=_order, default=DEFAULT_ORDER, help="mesh axes from inner to outer, e.g. tp-cp-pp-dp"
     )
     p.add_argument("--no-sp", action="store_true", help="switch sequence parallelism off")
-    p.add_argument("--stage-balance", choices=("even", "max"), default="even")
+    p.add_argument(
+        "--stage-balance",
+        choices=("even", "max"),
+        default=None,
+        help="where the embedding and head go: max on the first and last stages, as the engines put them; even "
+        "spread over the stages, as the lab page does (default: the ledger's engine's layout)",
+    )
     p.add_argument(
         "--uneven-stages",
         action="store_true",
@@ -194,8 +200,10 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
     _accounting_option(p, default=None)
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
-    """The ``Plan`` described by the options of ``add_plan_options`` (ValueError for an invalid plan)."""
+def plan_from_args(args: argparse.Namespace, ledger: str | None = None) -> Plan:
+    """The ``Plan`` described by the options of ``add_plan_options`` (ValueError for an invalid plan); its stages laid
+    out as ``--stage-balance`` says, by default as the engine of ``ledger`` (or of ``--accounting``) lays them out."""
+    accounting = args.accounting or "lab"
     return Plan.create(
         args.model,
         gpus=args.gpus,
@@ -217,9 +225,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         gpus_per_node=args.gpus_per_node,
         gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
         sp=False if args.no_sp else None,
-        stage_balance=args.stage_balance,
+        stage_balance=args.stage_balance or get_accounting(ledger or accounting).stage_balance,
         uneven_stages=args.uneven_stages,
-        accounting=args.accounting or "lab",
+        accounting=accounting,
     )
 
 
@@ -249,6 +257,7 @@ def _search(args) -> int:
         order=args.order,
         accounting=args.accounting,
         execution=replace(execution_for(args.accounting), pipeline=args.pipeline),
+        stage_balance=args.stage_balance,
     )
     if args.json:
         _print(_json([c.to_dict(i) for i, c in enumerate(result.ranked[: args.top], 1)], load_hardware(args.hardware)))
@@ -277,6 +286,13 @@ def _add_search(sub) -> None:
         default="1f1b",
         help="pipeline schedule the step time assumes (dualpipe where the plan allows it)",
     )
+    p.add_argument(
+        "--stage-balance",
+        choices=("even", "max"),
+        default=None,
+        help="where the embedding and head go: max on the first and last stages, as the engines put them; even "
+        "spread over the stages, as the lab page does (default: the ledger's engine's layout)",
+    )
     _accounting_option(
         p,
         default="megatron",
@@ -292,7 +308,7 @@ def _export(args) -> int:
 
     ledger = args.accounting or ENGINE_LEDGER[args.format]  # an export is priced in its engine's own ledger
     args.accounting = None  # the plan as written; export_text prices what the engine runs
-    text = export_text(plan_from_args(args), args.format, ledger)
+    text = export_text(plan_from_args(args, ledger), args.format, ledger)
     _print(text.rstrip("\n"))
     return 0
 

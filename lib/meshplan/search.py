@@ -260,7 +260,7 @@ def stage_balance_for(accounting: Accounting | str) -> str:
         >>> stage_balance_for("megatron"), stage_balance_for("lab")
         ('max', 'even')
     """
-    return "even" if get_accounting(accounting).name == "lab" else "max"
+    return get_accounting(accounting).stage_balance
 
 
 def _memory_message(total: float, mem: float) -> str:

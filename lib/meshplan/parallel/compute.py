@@ -45,6 +45,8 @@ too (Korthikanti et al. 2022 §6). An *effective* rate, like the lab page's 400 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from meshplan.core.validation import check_choice, check_count
 from meshplan.parallel.activations import RECOMPUTE_MODES
 from meshplan.spec.models.spec import LayerSpec, ModelSpec
@@ -156,6 +158,7 @@ def recompute_flop_per_sequence(model: ModelSpec, seq: int, recompute: str, caus
     return 0.0
 
 
+@lru_cache(maxsize=1024)  # a search's JSON asks it four times per plan; a ModelSpec hashes its layers once
 def training_flop_per_sequence(model: ModelSpec, seq: int, recompute: str = "none", causal: bool = True) -> float:
     """FLOP of forward + backward (2 forwards) + recomputation for one sequence.
 

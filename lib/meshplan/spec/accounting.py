@@ -215,6 +215,14 @@ class Accounting:
         """Bytes per gradient element of the gradient reduction at ZeRO stage 0 (2 bf16, 4 fp32)."""
         return self.sync[0][0].wire_bytes
 
+    @property
+    def stage_balance(self) -> str:
+        """Where the engine puts what lies outside the decoder layers (``Plan.stage_balance``): ``"max"`` for the
+        engines, the embedding on the first pipeline stage and the output head (and an MTP module) on the last, as
+        Megatron-LM, torchtitan's pipeline split and DeepSpeed's ``PipelineModule`` place them; ``"even"`` for the lab
+        page's ledger, which spreads them over the stages."""
+        return "even" if self.name == "lab" else "max"
+
     def with_bytes_per_param(self, bpp: BytesPerParam) -> Accounting:
         """This convention with other model-state terms (e.g. ``MEGATRON_BPP``'s fp32 gradients)."""
         return replace(self, bytes_per_param=bpp)
