@@ -47,6 +47,7 @@ from meshplan.parallel.pp import bubble_fraction
 from meshplan.plan import TRAFFIC, Plan, Workload, evaluate
 from meshplan.plan.reporting import TRAFFIC_LABELS, link_name
 from meshplan.search import SearchResult, search, tied_ranks
+from meshplan.spec.accounting import get_accounting
 from meshplan.spec.dims import ParallelDims
 from meshplan.spec.hardware import Hardware, load_hardware
 from meshplan.spec.mesh import INFINIBAND, Mesh
@@ -297,7 +298,9 @@ def setting_plan(
 ) -> Plan:
     """The plan a checklist setting describes: ``plan_checklist``'s controls (tp, cp, pp, zero, recompute, b, m, and
     ledger if the setting has one, else ``ledger``) on ``gpus`` GPUs for sequences of ``seq`` tokens, DP what is left,
-    uneven stages allowed (the engines' ``--decoder-first/last-pipeline-num-layers``)."""
+    uneven stages allowed (the engines' ``--decoder-first/last-pipeline-num-layers``), the stages laid out as the
+    ledger's engine lays them out (``Accounting.stage_balance``), as the search prices them."""
+    accounting = get_accounting(setting.get("ledger", ledger))
     return Plan.create(
         model,
         gpus,
@@ -310,7 +313,8 @@ def setting_plan(
         micro_batches=setting["m"],
         seq=seq,
         hardware=hardware,
-        accounting=setting.get("ledger", ledger),
+        accounting=accounting,
+        stage_balance=accounting.stage_balance,
         uneven_stages=True,
     )
 
