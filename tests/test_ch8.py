@@ -380,7 +380,8 @@ def test_decision_searches(found8, found64):
     tp8pp8 = design.placement(Plan.create(ANCHOR, gpus=64, tp=8, pp=8, recompute="full", global_batch=512), found64)
     assert (tp8pp8.tied_rank, len(found64.ranked), f"{tp8pp8.step_s:.2f}") == (941, 962, "32.05")
     ds = search(ANCHOR, **DESIGN_64_GPUS, accounting="deepspeed")
-    assert sum(1 for r in ds.rejected if "incompatible with pipeline" in r.message) == 756
+    assert sum(1 for r in ds.rejected if r.engine_refusal) == 756
+    assert all("incompatible with pipeline" in r.message for r in ds.rejected if r.engine_refusal)
     assert (ds.ranked[0].label(), f"{ds.ranked[0].step.total_s:.2f}") == (
         "DP 64 · ZeRO-3 · full · b 4 · m 2 · v 1",
         "11.54",

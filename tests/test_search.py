@@ -153,6 +153,7 @@ def test_deepspeed_refuses_zero2_and_zero3_with_pipeline_parallelism():
     assert r.ranked and not [c for c in r.ranked if c.plan.pp > 1 and c.plan.zero >= 2]
     refused = [x for x in r.rejected if x.constraint == "plan" and "ZeRO-2 and ZeRO-3 are incompatible" in x.message]
     assert refused and all(x.settings["pp"] > 1 and x.settings["zero"] >= 2 for x in refused)
+    assert refused == [x for x in r.rejected if x.engine_refusal]  # the engine's refusals, told by type, not text
     assert refused[0].message.startswith("zero=2 with pp=2: DeepSpeed refuses ZeRO-2 and ZeRO-3")
     # the winner is NVIDIA NeMo's Llama 3 70B recipe at 8K: TP 4, PP 4 interleaved, CP 2
     assert r.ranked[0].label() == "TP 4 × CP 2 × PP 4 × DP 2 · ZeRO-1 · none · b 1 · m 32 · v 1"

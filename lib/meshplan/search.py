@@ -50,7 +50,14 @@ from itertools import pairwise
 from typing import Any
 
 from meshplan.core.units import fmt_gb, fmt_pct
-from meshplan.core.validation import MeshplanError, PlanError, check_choice, check_count, check_non_negative_int
+from meshplan.core.validation import (
+    LedgerError,
+    MeshplanError,
+    PlanError,
+    check_choice,
+    check_count,
+    check_non_negative_int,
+)
 from meshplan.parallel.activations import RECOMPUTE_MODES, activation_bytes_per_layer
 from meshplan.plan import Plan, Report, Workload, evaluate
 from meshplan.plan.construct import MAX_GLOBAL_BATCH
@@ -156,11 +163,14 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Rejection:
-    """A plan that was not kept: its settings, the first constraint it fails and the message."""
+    """A plan that was not kept: its settings, the first constraint it fails and the message; ``engine_refusal``
+    when the ledger's engine refuses the plan (a ``LedgerError``: DeepSpeed's ZeRO-2/3 with a pipeline, FSDP2's
+    ZeRO-1), not a rule of the plan itself."""
 
     settings: Mapping[str, Any]
     constraint: str
     message: str
+    engine_refusal: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,9 +248,13 @@ def _check_choices(name: str, values, allowed) -> tuple:
     return values
 
 
-def _reason(exc: PlanError) -> tuple[str, str]:
-    """The rejection of a plan that cannot be built: the constraint its factor names, and its message."""
-    return _CONSTRAINT.get(exc.factor or "", "plan"), str(exc)
+Reason = tuple[str, str, bool]  # a rejection's constraint, message and whether the ledger's engine refuses the plan
+
+
+def _reason(exc: PlanError) -> Reason:
+    """The rejection of a plan that cannot be built: the constraint its factor names, its message, and whether the
+    ledger's engine refuses it."""
+    return _CONSTRAINT.get(exc.factor or "", "plan"), str(exc), isinstance(exc, LedgerError)
 
 
 def _workload(global_batch: int, dp: int, seq: int, b: int) -> Workload | PlanError:
@@ -346,7 +360,7 @@ class _Pricer:
         self.mem = hw.gpu_memory_bytes
         self.ranked: list[Candidate] = []
         self.rejected: list[Rejection] = []
-        self.verdicts: dict[tuple[int, int, int], tuple[str, str] | None] = {}  # (zero, b, v) → why not, or None
+        self.verdicts: dict[tuple[int, int, int], Reason | None] = {}  # (zero, b, v) → why not, or None
         self.activations: dict[tuple[int, int, str], list[float]] = {}  # (b, v, recompute) → bytes per stage
         self.states: dict[int, list[float]] = {}  # ZeRO stage → bytes per stage
 
@@ -358,7 +372,7 @@ class _Pricer:
         """A new EP size within the shape: forget the model states."""
         self.states = {}
 
-    def reject(self, settings: dict[str, Any], recompute: tuple[str, ...], reason: tuple[str, str]) -> None:
+    def reject(self, settings: dict[str, Any], recompute: tuple[str, ...], reason: Reason) -> None:
         for rc in recompute:
             self.rejected.append(Rejection({**settings, "recompute": rc}, *reason))
 
@@ -521,13 +535,14 @@ def search(
     for tp, cp, pp, dp, eps in shapes:
         lps = None if L % pp == 0 or not uneven_stages else spread_layers(L, pp)
         # the search's own policies, which are not rules of a plan
-        policy: tuple[str, str] | None = None
+        policy: Reason | None = None
         if tp > gpn:
-            policy = ("tp inside a node", f"tp={tp} > {gpn} GPUs per node: a TP group would cross nodes")
+            policy = ("tp inside a node", f"tp={tp} > {gpn} GPUs per node: a TP group would cross nodes", False)
         elif cp > 1 and seq // cp < min_seq_per_cp_rank:
             policy = (
                 "cp chunk",
                 f"cp={cp} leaves {seq // cp:,} tokens per CP rank, fewer than {min_seq_per_cp_rank:,}",
+                False,
             )
         # the parts the candidates of this shape share, each built (and validated) once
         works = {b: _workload(global_batch, dp, seq, b) for b in micro_batch_sizes}
