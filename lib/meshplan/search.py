@@ -46,6 +46,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
@@ -229,6 +230,39 @@ class SearchResult:
         for r in self.rejected:
             out.setdefault(r.constraint, r)
         return out
+
+    @cached_property
+    def index(self) -> SearchIndex:
+        """The result looked up by settings (``settings_key``), built once per result: the position of the first kept
+        plan of each setting, the message of the first rejection of each, the kept plans' step times and their tied
+        ranks."""
+        kept: dict[tuple, int] = {}
+        for i, c in enumerate(self.ranked):
+            kept.setdefault(settings_key(c.plan), i)
+        rejected: dict[tuple, str] = {}
+        for r in self.rejected:
+            rejected.setdefault(settings_key(r.settings), r.message)
+        times = tuple(c.step.total_s for c in self.ranked)
+        return SearchIndex(kept, rejected, times, tuple(tied_ranks(list(times), self.band)))
+
+
+SETTINGS = ("tp", "cp", "pp", "dp", "ep", "zero", "recompute", "micro_batch_size", "virtual_stages")
+
+
+def settings_key(obj: Any) -> tuple:
+    """The search settings (``SETTINGS``) of a plan or of a rejection's settings mapping, as a tuple."""
+    get = obj.get if isinstance(obj, Mapping) else lambda k: getattr(obj, k)
+    return tuple(get(k) for k in SETTINGS)
+
+
+@dataclass(frozen=True)
+class SearchIndex:
+    """``SearchResult.index``: kept plans (settings → position), rejections (settings → why), step times, tied ranks."""
+
+    kept: Mapping[tuple, int]
+    rejected: Mapping[tuple, str]
+    times: tuple[float, ...]
+    ties: tuple[int, ...]
 
 
 describe = plan_label  # 'TP 8 × PP 16 × DP 128 · ZeRO-1 · selective · b 1 · m 16 · v 1'

@@ -46,7 +46,7 @@ from meshplan.core.units import GB, fmt_gb, fmt_int, fmt_pct
 from meshplan.parallel.pp import bubble_fraction
 from meshplan.plan import TRAFFIC, Plan, Workload, evaluate
 from meshplan.plan.reporting import TRAFFIC_LABELS, link_name
-from meshplan.search import SearchResult, search, tied_ranks
+from meshplan.search import SearchResult, search, settings_key, tied_ranks
 from meshplan.spec.accounting import get_accounting
 from meshplan.spec.dims import ParallelDims
 from meshplan.spec.hardware import Hardware, load_hardware
@@ -199,35 +199,14 @@ class Placement:
     why: str = ""
 
 
-_SETTINGS = ("tp", "cp", "pp", "dp", "ep", "zero", "recompute", "micro_batch_size", "virtual_stages")
+_key = settings_key
 
 
-def _key(obj: Any) -> tuple:
-    get = obj.get if isinstance(obj, Mapping) else lambda k: getattr(obj, k)
-    return tuple(get(k) for k in _SETTINGS)
-
-
-_INDEX: dict[int, tuple[SearchResult, tuple]] = {}
-
-
-def _index(result: SearchResult) -> tuple[dict[tuple, int], dict[tuple, str], tuple[float, ...], tuple[int, ...]]:
-    """The search's kept plans (settings → position), rejections (settings → why), step times and tied ranks, built
-    once per result (a search result is not hashable: it is keyed by identity and kept alive with its index)."""
-    hit = _INDEX.get(id(result))
-    if hit is not None and hit[0] is result:
-        return hit[1]
-    kept: dict[tuple, int] = {}
-    for i, c in enumerate(result.ranked):
-        kept.setdefault(_key(c.plan), i)
-    rejected: dict[tuple, str] = {}
-    for r in result.rejected:
-        rejected.setdefault(_key(r.settings), r.message)
-    times = tuple(c.step.total_s for c in result.ranked)
-    index = (kept, rejected, times, tuple(tied_ranks(list(times), result.band)))
-    if len(_INDEX) >= 16:
-        _INDEX.clear()
-    _INDEX[id(result)] = (result, index)
-    return index
+def _index(result: SearchResult) -> tuple[Mapping[tuple, int], Mapping[tuple, str], tuple[float, ...], tuple[int, ...]]:
+    """The search's kept plans (settings → position), rejections (settings → why), step times and tied ranks
+    (``SearchResult.index``, built once per result)."""
+    ix = result.index
+    return ix.kept, ix.rejected, ix.times, ix.ties
 
 
 def placement(plan: Plan, result: SearchResult) -> Placement:
