@@ -32,8 +32,6 @@ from dataclasses import dataclass, field
 
 from meshplan.core.validation import MeshplanError, PlanError, check_count, is_count
 
-# ``check_count`` lives in ``core.validation``; imported from here too (the command line does)
-
 AXES = ("tp", "cp", "pp", "dp")
 DEFAULT_ORDER = "tp-cp-pp-dp"
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
