@@ -7,6 +7,7 @@ every command as real ``python -m meshplan`` processes and checks that they prin
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,16 @@ def test_json_contract(runs):
         obj = _report_json(runs, name)
         assert list(obj)[: len(CONTRACT)] == CONTRACT, name  # the contract's keys first, extras after
         assert list(obj["mesh"]) == ["tp", "cp", "ep", "dp", "pp"]
-        assert list(obj["memory_bytes"]) == ["model_states", "activations", "total"]
+        assert list(obj["memory_bytes"]) == [
+            "model_states", "activations", "total", "peak_allocated", "peak_reserved", "headroom", "by_stage",
+        ]  # fmt: skip
+        stages = obj["memory_bytes"]["by_stage"]
+        assert [x["stage"] for x in stages] == list(range(obj["mesh"]["pp"])), name
+        assert max(x["peak_allocated"] for x in stages) == obj["memory_bytes"]["peak_allocated"], name
+        for x in stages:
+            assert list(x) == ["stage", "peak_allocated", "peak_moment", "terms", "total"], name
+            assert math.isclose(sum(x["terms"].values()), x["peak_allocated"], rel_tol=1e-12), name
+        assert isinstance(obj["memory_verdict"], str) and obj["memory_verdict"], name
         assert set(obj["comm_bytes_per_step"]) == set(DIMS)
         assert set(obj["link"]) == set(DIMS)
         assert isinstance(obj["fits"], bool)
@@ -223,7 +233,7 @@ def test_json_values_lab64_zero1(runs):
     assert obj["bubble"] == 0.125
     # the same numbers as the library
     r = evaluate(lab_plan(LAB_64_GPUS[2]))
-    assert mem == dict(r.memory_bytes)
+    assert {k: v for k, v in mem.items() if k != "by_stage"} == dict(r.memory_bytes)
     assert comm == dict(r.comm_bytes_per_step)
 
 
@@ -236,7 +246,7 @@ def test_json_values_lab8_dp(runs):
     assert f"{obj['comm_bytes_per_step']['dp'] / 1e9:.1f}" == "145.9"
     assert obj["link"] == {"dp": "nvlink", "tp": None, "pp": None, "cp": None, "ep": None, "edp": None}
     assert obj["bubble"] == 0
-    assert mem == dict(evaluate(lab_plan(LAB_8_GPUS[0])).memory_bytes)
+    assert {k: v for k, v in mem.items() if k != "by_stage"} == dict(evaluate(lab_plan(LAB_8_GPUS[0])).memory_bytes)
 
 
 def test_json_values_deepseek_ep(runs):
@@ -246,7 +256,7 @@ def test_json_values_deepseek_ep(runs):
     assert obj["link"]["ep"] == "infiniband" and obj["link"]["tp"] == "nvlink"
     r = evaluate(Plan.create("deepseek-v3", gpus=128, tp=2, ep=64, zero=1, recompute="full"))
     assert obj["comm_bytes_per_step"] == dict(r.comm_bytes_per_step)
-    assert obj["memory_bytes"] == dict(r.memory_bytes)
+    assert {k: v for k, v in obj["memory_bytes"].items() if k != "by_stage"} == dict(r.memory_bytes)
 
 
 def test_dp_defaults_to_gpus_over_tp_cp_pp(runs):

@@ -22,6 +22,8 @@ SCHEMAS = sorted(p.name.removesuffix(".schema.json") for p in data_path("schemas
 FILES = {
     "hardware": sorted(p.relative_to(data_path()).as_posix() for p in HARDWARE_DIR.glob("*.json")),
     "published_runs": ["published_runs.json"],
+    "published_peaks": ["published_peaks.json"],
+    "memory_overheads": ["memory_overheads.json"],
     "steptime_fit": ["steptime_fit.json"],
 }
 CONSTRAINTS = {"type", "enum", "const", "minimum", "exclusiveMinimum", "maximum", "pattern", "minLength", "anyOf"}

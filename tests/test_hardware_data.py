@@ -57,12 +57,18 @@ def test_the_preset_folder_holds_exactly_the_six_presets():
     assert sorted(p.stem for p in data_path("hardware").glob("*.json")) == list(PRESETS)
 
 
+DEVICE_FIELDS = ("device_total_bytes", "fb_total_bytes")
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_every_preset_field_is_positive_finite_and_sourced(name):
     p = preset(name)
     assert p["name"] == name
     assert isinstance(p["label"], str) and p["label"].strip()
     expected_keys = {"name", "label", *FIELDS} | ({LAB_ONLY} if name == "lab" else set())
+    # the device's own totals (what CUDA exposes, what NVML reports): every real GPU has the first
+    expected_keys |= set(p) & set(DEVICE_FIELDS)
+    assert name == "lab" or "device_total_bytes" in p, name
     assert set(p) == expected_keys
     for key in expected_keys - {"name", "label"}:
         value, source = p[key]["value"], p[key]["source"]

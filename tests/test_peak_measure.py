@@ -11,14 +11,12 @@ depend on the ledger:
 * the sharded parameters are fp32 and a world-th of the model: ``SHARDED_PARAM == 4 * params / world`` within
   FSDP's padding (1e-3), the same in every phase;
 * the optimizer state is AdamW's two fp32 moments: ``OPT == 2 * SHARDED_PARAM`` within 1e-3 (the step counters)
-  in every phase but the optimizer's, where ``foreach`` AdamW adds one temporary of the same size
-  (``_foreach_sqrt`` of the second moments): ``3 * SHARDED_PARAM``;
+  in every phase, the optimizer's too (torchtitan's fused AdamW steps in place);
 * the peak is the largest phase, and the phase it names holds it;
 * without TP and with a large vocabulary (``LARGE_VOCAB``), at the top of the loss backward ``TEMP == 8 * T * V``
   exactly (T tokens, V the vocabulary): the fp32 gradients of ``nll_loss`` and of ``log_softmax``, each ``T x V``;
-* the gradients: none in the first micro-batch's forward (the previous step set them to None), and from the second
-  micro-batch on those of the earlier ones, sharded: ``SHARDED_GRAD == SHARDED_PARAM`` in its forward and at the
-  last micro-batch's loss backward;
+* the gradients: sharded, fp32, allocated through the whole step (zeroed in place, as torchtitan does while CUDA
+  graphs are on): ``SHARDED_GRAD == SHARDED_PARAM`` in every micro-batch's forward and loss backward;
 * the inputs are the int64 ids: ``INP == 8 * T``;
 * the phases come in the step's order: per micro-batch forward, loss forward, loss backward, the layers' backward
   from the last, the embedding's, then the optimizer.
@@ -162,18 +160,16 @@ def test_invariants(name):
     for phase, snap in m.phases.items():
         assert snap["SHARDED_PARAM"] == sharded, phase
         assert snap["INP"] == 8 * tokens, phase
-        moments = 3 * sharded if phase == peak.OPTIMIZER else 2 * sharded
-        assert _close(snap["OPT"], moments), (phase, snap["OPT"], moments)
+        assert _close(snap["OPT"], 2 * sharded), (phase, snap["OPT"], 2 * sharded)
 
     for j in range(1, m.micro_batches + 1):
         loss_backward = m.phases[peak.phase_name(peak.LOSS_BACKWARD, j, m.micro_batches)]
         if m.tp == 1 and vocab >= LARGE_VOCAB:
             assert loss_backward["TEMP"] == 8 * tokens * vocab, (j, loss_backward["TEMP"], 8 * tokens * vocab)
-        if j == m.micro_batches and m.micro_batches >= 2:
-            assert loss_backward["SHARDED_GRAD"] == sharded, (loss_backward["SHARDED_GRAD"], sharded)
+        assert loss_backward["SHARDED_GRAD"] == sharded, (j, loss_backward["SHARDED_GRAD"], sharded)
         forward = m.phases[peak.phase_name(peak.FORWARD, j, m.micro_batches)]
-        # the previous step's gradients were set to None; the earlier micro-batches' are all held
-        assert forward["SHARDED_GRAD"] == (0 if j == 1 else sharded), (j, forward["SHARDED_GRAD"])
+        # zeroed in place by the previous step, never freed
+        assert forward["SHARDED_GRAD"] == sharded, (j, forward["SHARDED_GRAD"])
         assert forward["UNSHARDED_GRAD"] == forward["TEMP"] == 0, j
 
 
@@ -225,3 +221,57 @@ def test_phase_names():
     assert peak.parse_recompute("layer:3") == ("layer", 3)
     assert peak.phase_name(peak.OPTIMIZER, 2, 2) == peak.OPTIMIZER
     assert peak.phase_name(peak.layer_phase(0), 2, 3) == "backward of layer 0 (micro-batch 2)"
+
+
+# ---------------------------------------------------------------- the fsdp2 ledger's peak against the measurement
+# The tracker files a tensor by when it was allocated (ACT in forward, TEMP in backward), the ledger by what it is
+# (saved for backward, or a working copy): the forward's working copies of the logits are the tracker's ACT, and the
+# recomputed activations its TEMP. Both sum to the same bytes, compared as one category.
+LEDGER_TERM = {
+    "SHARDED_PARAM": "parameters",
+    "BUFFER": "parameters",
+    "SHARDED_GRAD": "gradients",
+    "OPT": "optimizer states",
+    "UNSHARDED_PARAM": "unsharded parameters",
+    "ALL_GATHER": "all-gather buffers",
+    "REDUCE_SCATTER": "reduce-scatter buffers",
+    "ACT": "activations and temporaries",
+    "INP": "activations and temporaries",
+    "TEMP": "activations and temporaries",
+    "UNSHARDED_GRAD": "activations and temporaries",
+}
+# what the fsdp2 ledger prices (its recompute modes); the cases with torchtitan's op-level and layer-level
+# selective recompute are measured above and not yet priced by the ledger (issue 24)
+PRICED = [c.name for c in CASES if c.recompute in ("none", "full")]
+
+
+def ledger_peak(m: peak.PeakMeasurement):
+    """The fsdp2 ledger's peak moment for the measured case: the same config, mesh and workload."""
+    from meshplan.plan import Plan, evaluate
+    from meshplan.spec.model import model_from_config
+
+    spec = model_from_config(dict(m.config), "measured")
+    plan = Plan.create(
+        spec, gpus=m.world, tp=m.tp, dp=m.world // m.tp, zero=3, accounting="fsdp2", seq=m.seq,
+        micro_batch_size=m.batch, micro_batches=m.micro_batches, recompute=m.recompute,
+    )  # fmt: skip
+    report = evaluate(plan)
+    return report.by_stage[report.peak_stage].peak
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PRICED)
+def test_the_fsdp2_ledgers_peak_is_the_trackers(name):
+    """The ledger's peak within 3 % of the measured peak, and each category within 3 % of itself (or 0.5 % of the
+    peak, for the small ones)."""
+    m = measure_case(name)
+    got = ledger_peak(m)
+    assert abs(got.total / m.total - 1) <= 0.03, (name, got.name, got.total, m.phase, m.total)
+    measured: dict[str, float] = {}
+    for k, v in m.peak.items():
+        if k != peak.TOTAL:
+            measured[LEDGER_TERM[k]] = measured.get(LEDGER_TERM[k], 0.0) + v
+    terms = got.terms
+    priced = {**terms, "activations and temporaries": terms["activations"] + terms["temporaries"]}
+    for k, want in measured.items():
+        assert abs(priced[k] - want) <= max(0.03 * want, 0.005 * m.total), (name, k, priced[k], want)

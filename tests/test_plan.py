@@ -146,7 +146,8 @@ def test_to_dict_round_trips_through_json():
     assert d["mesh"] == {"tp": 2, "cp": 1, "ep": 1, "dp": 1, "pp": 4}
     assert d["settings"]["recompute"] == "full" and d["settings"]["sequence_parallel"] is True
     assert d["bubble"] == 0.375 and d["bubble_share_of_time"] == 3 / 11
-    assert d["memory_bytes"] == dict(r.memory_bytes)
+    assert {k: v for k, v in d["memory_bytes"].items() if k != "by_stage"} == dict(r.memory_bytes)
+    assert [x["total"] for x in d["memory_bytes"]["by_stage"]] == list(r.stage_totals)
 
 
 def test_plan_create_defaults_dp():

@@ -269,10 +269,26 @@ def test_report_invariants(kw):
     r = evaluate(plan)
     mem = r.memory_bytes
     # parts sum to the total; the named terms sum to the model states
-    assert set(mem) == {"model_states", "activations", "total"}
+    assert set(mem) == {"model_states", "activations", "total", "peak_allocated", "peak_reserved", "headroom"}
     assert close(mem["model_states"] + mem["activations"], mem["total"])
     assert close(sum(r.model_states_terms.values()), mem["model_states"])
-    assert r.fits == (mem["total"] <= plan.gpu_memory_bytes)
+    # the peak is the largest moment of the stage that peaks; the floor the search prunes on is below it
+    assert len(r.by_stage) == plan.pp and [sp.index for sp in r.by_stage] == list(range(plan.pp))
+    assert mem["peak_allocated"] == max(sp.peak.total for sp in r.by_stage)
+    assert all(sp.peak.total == max(m.total for m in sp.moments) for sp in r.by_stage)
+    assert r.memory_floor <= mem["peak_allocated"] * (1 + 1e-12)
+    assert all(v >= 0 for sp in r.by_stage for m in sp.moments for v in m.values)
+    if plan.accounting.name == "lab":
+        assert close(mem["peak_allocated"], mem["total"]) and mem["peak_reserved"] == mem["peak_allocated"]
+        assert r.fits == (mem["total"] <= plan.gpu_memory_bytes)
+    else:
+        # the optimizer step comes last; the verdict is the headroom's and the floor's
+        room = r.headroom
+        assert room is not None
+        assert all(sp.moments[-1].name == "optimizer step" for sp in r.by_stage)
+        assert close(mem["peak_reserved"], mem["peak_allocated"] * room.reserved_ratio)
+        floor_fits = r.memory_floor * room.reserved_ratio + room.outside <= room.usable
+        assert r.fits == (mem["headroom"] >= 0 and floor_fits)
     if plan.accounting.name == "lab":
         assert set(r.model_states_terms) == {"weights", "grads", "master", "adam_m", "adam_v"}
         # the reported memory is the most-loaded stage's own states plus its own activations

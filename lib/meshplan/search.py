@@ -62,7 +62,14 @@ from meshplan.core.validation import (
 from meshplan.parallel.activations import RECOMPUTE_MODES, activation_bytes_per_layer
 from meshplan.plan import Plan, Report, Workload, evaluate
 from meshplan.plan.construct import MAX_GLOBAL_BATCH
-from meshplan.plan.evaluation import _stage_activations, _stage_states
+from meshplan.plan.evaluation import (
+    _stage_activations,
+    _stage_states,
+    floor_reason,
+    freed_at_the_head,
+    memory_floor,
+    memory_reason,
+)
 from meshplan.plan.reporting import plan_label
 from meshplan.spec.accounting import Accounting, get_accounting
 from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims
@@ -311,21 +318,19 @@ def stage_balance_for(accounting: Accounting | str) -> str:
     return get_accounting(accounting).stage_balance
 
 
-def _memory_message(total: float, mem: float) -> str:
-    return f"needs {total / 1e9:,.1f} GB per GPU > {mem / 1e9:,.0f} GB"
-
-
-def _stage_states_bytes(plan: Plan) -> list[float]:
-    """Model-state bytes per GPU of each pipeline stage of ``plan``, each summed as ``evaluate`` sums it (stages
-    holding the same parameters share one computation, as there)."""
-    seen: dict[tuple[float, float], float] = {}
-    out = []
+def _stage_states_bytes(plan: Plan) -> tuple[list[float], list[float]]:
+    """Model-state bytes per GPU of each pipeline stage of ``plan``, each summed as ``evaluate`` sums it, and each
+    stage's gradient term (stages holding the same parameters share one computation, as there)."""
+    seen: dict[tuple[float, float], tuple[float, float]] = {}
+    sums, grads = [], []
     for st in plan.stages:
         key = (st.dense_params, st.expert_params)
         if key not in seen:
-            seen[key] = sum(_stage_states(plan, st).values())
-        out.append(seen[key])
-    return out
+            terms = _stage_states(plan, st)
+            seen[key] = (sum(terms.values()), terms["grads"])
+        sums.append(seen[key][0])
+        grads.append(seen[key][1])
+    return sums, grads
 
 
 def _stage_activation_bytes(plan: Plan) -> list[float]:
@@ -395,8 +400,9 @@ class _Pricer:
         self.ranked: list[Candidate] = []
         self.rejected: list[Rejection] = []
         self.verdicts: dict[tuple[int, int, int], Reason | None] = {}  # (zero, b, v) → why not, or None
-        self.activations: dict[tuple[int, int, str], list[float]] = {}  # (b, v, recompute) → bytes per stage
-        self.states: dict[int, list[float]] = {}  # ZeRO stage → bytes per stage
+        # (b, v, recompute) → (bytes per stage, what the last stage's loss and head free before its layers' backward)
+        self.activations: dict[tuple[int, int, str], tuple[list[float], float]] = {}
+        self.states: dict[int, tuple[list[float], list[float]]] = {}  # ZeRO stage → (bytes, gradient bytes) per stage
 
     def shape(self) -> None:
         """A new tp × cp × pp × dp: forget what (1) and (2) share across its EP sizes."""
@@ -468,31 +474,39 @@ class _Pricer:
             return
         for rc in recompute:  # (2)
             here = {**settings, "recompute": rc}
-            acts = self.activations.get((b, v, rc))
-            if acts is None:
+            found = self.activations.get((b, v, rc))
+            if found is None:
                 plan = plans[rc] = plans.get(rc) or build(rc)
-                acts = self.activations[b, v, rc] = _stage_activation_bytes(plan)
-            states = self.states.get(zero)
-            if states is None:
+                found = self.activations[b, v, rc] = (_stage_activation_bytes(plan), freed_at_the_head(plan))
+            acts, freed = found
+            got = self.states.get(zero)
+            if got is None:
                 plan = plans[rc] = plans.get(rc) or build(rc)
-                states = self.states[zero] = _stage_states_bytes(plan)
+                got = self.states[zero] = _stage_states_bytes(plan)
+            states, grads = got
             total = max(s + a for s, a in zip(states, acts))
-            if total > self.mem and math.isfinite(total):
-                self.rejected.append(Rejection(here, "memory", _memory_message(total, self.mem)))
+            floor = memory_floor(self.acc.name, states, grads, acts, freed)
+            why = floor_reason(self.acc.name, self.hw, dims, floor) if math.isfinite(floor) else ""
+            if why:
+                self.rejected.append(Rejection(here, "memory", why))
             else:  # evaluate names a total too large for a float
-                self._keep_if_it_fits(plans.get(rc) or build(rc), here, total)
+                self._keep_if_it_fits(plans.get(rc) or build(rc), here, total, floor)
 
-    def _keep_if_it_fits(self, plan: Plan, settings: dict[str, Any], total: float | None = None) -> None:
-        """Evaluate ``plan``; keep it with its step time if it fits, else reject it for memory. ``total``: the memory
-        the pruned path found, which the report must repeat."""
+    def _keep_if_it_fits(
+        self, plan: Plan, settings: dict[str, Any], total: float | None = None, floor: float | None = None
+    ) -> None:
+        """Evaluate ``plan``; keep it with its step time if it fits, else reject it for memory. ``total`` and
+        ``floor``: the memory total and peak floor the pruned path found, which the report must repeat."""
         report = evaluate(plan)
         found = report.memory_bytes["total"]
         if total is not None and found != total and math.isfinite(total):
             raise AssertionError(f"search priced {describe(plan)} at {total!r} B, evaluate at {found!r} B")
+        if floor is not None and report.memory_floor != floor and math.isfinite(floor):
+            raise AssertionError(f"search floored {describe(plan)} at {floor!r} B, evaluate at {report.memory_floor!r}")
         if report.fits:
             self.ranked.append(Candidate(plan, report, step_time(report, self.ex), self.ex))
         else:
-            self.rejected.append(Rejection(settings, "memory", _memory_message(found, self.mem)))
+            self.rejected.append(Rejection(settings, "memory", memory_reason(report)))
 
 
 def search(

@@ -1072,3 +1072,93 @@ def _stage_bytes(
         f, l_ = _model_parts(spec, seq, batch, recompute, tp, sp, device)
         rest += (f if first else 0.0) + (l_ if last else 0.0)
     return in_layers, rest
+
+
+@lru_cache(maxsize=4096)
+def _model_level_parts(
+    spec: ModelSpec, seq: int, batch: int, recompute: str, tp: int, sp: bool, device: str
+) -> dict[str, float]:
+    """``model_level_terms`` of the whole model summed by part (cached: a search asks for every stage)."""
+    impl = spec_implementation(spec)
+    terms = model_level_terms(
+        spec.layers,
+        spec.hidden_size,
+        spec.vocab_size,
+        seq,
+        batch,
+        family=impl,
+        attention="sdpa" if impl.sdpa else "eager",
+        recompute=recompute,
+        tp=tp,
+        sp=sp,
+        device=device,
+    )
+    out: dict[str, float] = {}
+    for t in terms:
+        out[t.part] = out.get(t.part, 0.0) + t.nbytes
+    return out
+
+
+def stage_parts(
+    spec: ModelSpec,
+    layers: range,
+    seq: int,
+    batch: int,
+    *,
+    recompute: str = "none",
+    tp: int = 1,
+    sp: bool | None = None,
+    first: bool = False,
+    last: bool = False,
+    device: str = "cuda",
+) -> dict[str, float]:
+    """One micro-batch's saved bytes on one GPU of a pipeline stage, split the way a step frees them (the peak-memory
+    moments of ``parallel.peak``): ``layers`` (all its decoder layers, as ``stage_bytes``), ``first_layer`` (its first
+    layer, under ``recompute``), ``recomputed`` (with full recompute: the most a layer saves without it, what its
+    backward rebuilds; else 0), ``before`` (what the stage keeps outside its layers before them: token ids and rotary
+    tables on the first stage, the shared masks), ``head`` (the final norm's and lm_head's inputs, last stage) and
+    ``loss`` (the fp32 logits and the targets the loss keeps, last stage). ``layers + before + head + loss`` is
+    ``stage_bytes``' sum.
+
+        >>> from meshplan import load_model
+        >>> p = stage_parts(load_model("llama-3.1-8b"), range(32), 8192, 1, first=True, last=True)
+        >>> round(p["loss"] / 1e9, 2), round(p["layers"] / 32 / 1e9, 3)
+        (4.2, 1.645)
+    """
+    if not spec.layers:
+        raise ValueError(f"model {spec.name!r} has no per-layer description (ModelSpec.layers is empty)")
+    _positive(seq=seq, batch=batch, tp=tp)
+    sp = tp > 1 if sp is None else sp
+    return _stage_parts(spec, layers, seq, batch, recompute, tp, sp, first, last, device)
+
+
+@lru_cache(maxsize=65536)
+def _stage_parts(
+    spec: ModelSpec,
+    layers: range,
+    seq: int,
+    batch: int,
+    recompute: str,
+    tp: int,
+    sp: bool,
+    first: bool,
+    last: bool,
+    device: str,
+) -> dict[str, float]:
+    impl = spec_implementation(spec)
+    h = spec.hidden_size
+
+    def one(i: int, mode: str) -> float:
+        return _layer_bytes_cached(spec.layers[i], h, seq, batch, impl, mode, tp, sp, device)
+
+    in_layers, _ = _stage_bytes(spec, layers, seq, batch, recompute, tp, sp, False, False, device)
+    part = _model_level_parts(spec, seq, batch, recompute, tp, sp, device)
+    return {
+        "layers": in_layers,
+        "first_layer": one(layers[0], recompute),
+        "recomputed": max(one(i, "none") for i in layers) if recompute == "full" else 0.0,
+        "before": _shared_masks(spec, layers, seq, batch, recompute, tp, sp, device)
+        + (sum(part.get(p, 0.0) for p in _FIRST_PARTS) if first else 0.0),
+        "head": part.get("final_norm", 0.0) + part.get("head", 0.0) if last else 0.0,
+        "loss": part.get("logits", 0.0) + part.get("loss", 0.0) if last else 0.0,
+    }

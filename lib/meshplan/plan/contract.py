@@ -21,13 +21,12 @@ def report_json(report: Report) -> dict:
         ['model', 'params', 'gpus', 'mesh', 'memory_bytes']
     """
     p = report.plan
-    p = report.plan
     return {
         "model": p.model.name,
         "params": p.model.params.total,
         "gpus": p.gpus,
         "mesh": {k: getattr(p, k) for k in MESH_KEYS},
-        "memory_bytes": dict(report.memory_bytes),
+        "memory_bytes": {**report.memory_bytes, "by_stage": by_stage_json(report)},
         "fits": report.fits,
         "comm_bytes_per_step": dict(report.comm_bytes_per_step),
         "link": dict(report.link),
@@ -57,5 +56,30 @@ def report_json(report: Report) -> dict:
             "memory_stage": report.stage,
             "traffic_stage": report.traffic_stage,
         },
+        "memory_verdict": report.headroom.verdict if report.headroom else "",
         "notes": list(report.notes),
     }
+
+
+def by_stage_json(report: Report) -> list[dict]:
+    """``memory_bytes.by_stage``: one entry per pipeline stage, first to last: ``stage``, ``peak_allocated`` (its
+    largest moment), ``peak_moment`` (that moment's name), ``terms`` (its bytes by term at that moment) and ``total``
+    (what the ledger calls the stage's total: its model states plus its saved activations).
+
+        >>> from meshplan.plan import Plan, evaluate
+        >>> e = by_stage_json(evaluate(Plan.create("llama-3.1-8b", gpus=8, pp=2, dp=4, accounting="megatron")))
+        >>> [x["stage"] for x in e], e[1]["peak_moment"]
+        ([0, 1], 'loss forward')
+    """
+    out = []
+    for sp in report.by_stage:
+        out.append(
+            {
+                "stage": sp.index,
+                "peak_allocated": sp.peak.total,
+                "peak_moment": sp.peak.name,
+                "terms": sp.peak.terms,
+                "total": report.stage_totals[sp.index] if report.stage_totals else sp.peak.total,
+            }
+        )
+    return out

@@ -38,25 +38,37 @@ returns a ``Report``. Each number comes from its dimension's module:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 
 from meshplan.core.collectives import ledger_bytes
 from meshplan.parallel import activations as act
 from meshplan.parallel.cp import cp_collectives, kv_width_per_gpu
 from meshplan.parallel.dp import grad_sync_bytes
-from meshplan.parallel.engine_activations import stage_bytes
+from meshplan.parallel.engine_activations import _stage_parts, stage_bytes
 from meshplan.parallel.ep import ep_collectives, tokens_per_gpu
+from meshplan.parallel.peak import (
+    MOMENT_TERMS,
+    Headroom,
+    Moment,
+    StageStep,
+    outside_allocator,
+    peak_moment,
+    step_moments,
+)
 from meshplan.parallel.pp import bubble_fraction, bubble_share_of_time, pp_bytes_per_step
 from meshplan.parallel.tp import tp_collectives
 from meshplan.parallel.zero import model_states_terms, sync_terms
 from meshplan.plan.construct import Plan
 from meshplan.plan.notes import report_notes
-from meshplan.plan.report import TRAFFIC, Report
+from meshplan.plan.report import TRAFFIC, Report, StagePeak
 from meshplan.spec.dims import ParallelDims
+from meshplan.spec.hardware import Hardware
 from meshplan.spec.mesh import Mesh
+from meshplan.spec.model import ModelSpec
 from meshplan.spec.stages import Stage, inflight_micro_batches, interleave_factor
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "freed_at_the_head", "memory_budget", "memory_floor", "memory_reason"]
 
 
 @lru_cache(maxsize=4096)
@@ -121,6 +133,192 @@ def _stage_memory(plan: Plan, per_layer_activations: float) -> list[tuple[dict[s
     return out
 
 
+# DeepSpeed's defaults (deepspeed/runtime/zero/config.py#L113 and #L238 at v0.19.5): ZeRO-1/2 fill one gradient
+# bucket of ``reduce_bucket_size`` = 5e8 elements in the bf16 training dtype (stage_1_and_2.py#L2476-L2479, one
+# buffer: ``overlap_comm`` is off by default for ZeRO-1/2); ZeRO-3 keeps up to ``stage3_max_live_parameters`` = 1e9
+# bf16 parameters gathered.
+DEEPSPEED_BUCKET_BYTES = {1: 2 * 5e8, 2: 2 * 5e8, 3: 2 * 1e9}
+_STATE_TERM = {
+    "weights": "parameters",
+    "grads": "gradients",
+    "master": "optimizer states",
+    "adam_m": "optimizer states",
+    "adam_v": "optimizer states",
+    "unsharded weights/gradients": "unsharded parameters",
+}
+
+
+@lru_cache(maxsize=16384)
+def _stage_widths(
+    m: ModelSpec, layers: range, t: int, etp: int, ep: int, T: int
+) -> tuple[float, float, float, float, bool, float | None]:
+    """(MLP width on this GPU, tokens the MLP computes, the down projection's weight-gradient bytes, whether the MLP is
+    gated, the largest layer's parameters on this GPU) of the stage holding ``layers``; a MoE layer whose routed
+    tokens (T·k at the expert width) outweigh the dense MLP's gives its experts' figures (every local expert's
+    weight gradient)."""
+    specs = [m.layers[i] for i in layers] if m.layers else []
+    dense_mlp = max((L.intermediate_size for L in specs if not L.num_experts), default=4 * m.hidden_size)
+    gated = all(L.mlp == "gated" for L in specs) if specs else True
+    f, tokens_mlp, wgrad = dense_mlp / t, float(T), 2 * m.hidden_size * dense_mlp / t
+    wgrads = (3 if gated else 2) * wgrad
+    moe = [L for L in specs if L.num_experts]
+    if moe:
+        L = max(moe, key=lambda x: x.expert_intermediate_size * x.experts_per_token)
+        fe = L.expert_intermediate_size / etp
+        experts = 2 * L.expert_params / (etp * ep)  # bf16 weight gradients of the local experts
+        if fe * L.experts_per_token > f:
+            f, tokens_mlp = fe, float(T * L.experts_per_token)
+            wgrad = 2 * m.hidden_size * fe * L.num_experts / ep
+        wgrads = max(wgrads, experts)
+    per_layer = max((L.params - L.expert_params) / t + L.expert_params / (etp * ep) for L in specs) if specs else None
+    return f, tokens_mlp, wgrad, wgrads, gated, per_layer
+
+
+@lru_cache(maxsize=1024)
+def _unit_params(m: ModelSpec) -> tuple[float, float]:
+    """Parameters of the output unit (final norm + lm_head; with tied embeddings, the embedding too: torchtitan's
+    ``apply_fsdp_to_decoder`` groups them, ``torchtitan/distributed/fsdp.py`` in torchtitan 0.3.0) and of the
+    embedding's own unit (0 when tied)."""
+    comp = m.params.components
+    tied = m.tie_word_embeddings
+    return comp.get("head", 0) + (comp.get("embedding", 0) if tied else 0) + m.hidden_size, (
+        0 if tied else comp.get("embedding", 0)
+    )
+
+
+def _lab_terms(states: dict[str, float]) -> dict[str, float]:
+    out = dict.fromkeys(MOMENT_TERMS, 0.0)
+    for k, v in states.items():
+        out[_STATE_TERM[k]] += v
+    return out
+
+
+def _stage_step(plan: Plan, stage: Stage, states: dict[str, float], saved: float) -> StageStep:
+    """The inputs of ``parallel.peak`` for one stage's GPU: its states by moment term, its saved bytes split as a
+    step frees them (``engine_activations.stage_parts``), its widths, tokens and units on this GPU."""
+    m, d = plan.model, plan.dims
+    t, sp = d.tp, plan.sequence_parallel
+    first, last = stage.index == 0, stage.index == d.pp - 1
+    T = plan.micro_batch_size * plan.seq // d.cp
+    by_term: dict[str, float] = {}
+    for k, v in states.items():
+        by_term[_STATE_TERM[k]] = by_term.get(_STATE_TERM[k], 0.0) + v
+    if plan.accounting.activations == "engine":
+        parts = _stage_parts(
+            m, stage.layers, plan.seq // d.cp, plan.micro_batch_size, plan.recompute, t, sp, first, last, "cuda"
+        )
+    else:
+        parts = dict.fromkeys(("layers", "first_layer", "recomputed", "before", "head", "loss"), 0.0)
+    f, tokens_mlp, wgrad, wgrads, gated, per_layer = _stage_widths(m, stage.layers, t, d.etp, d.ep, T)
+    experts = max((L.num_experts for L in m.layers), default=0) if m.layers else 0
+    fsdp2 = plan.accounting.name == "fsdp2"
+    if per_layer is None:
+        per_layer = stage.dense_params / max(stage.num_layers, 1) / t
+    head, embed = _unit_params(m)
+    head, embed = head / t, embed / t
+    micro = parts["layers"] + parts["before"] + parts["head"] + parts["loss"]
+    return StageStep(
+        engine=plan.accounting.name,
+        states=by_term,
+        saved=saved,
+        micro_saved=micro if plan.accounting.activations == "engine" else saved,
+        loss_saved=parts["loss"],
+        head_saved=parts["head"],
+        embedding_saved=parts["before"],
+        first_layer_saved=parts["first_layer"],
+        recomputed=parts["recomputed"],
+        tokens=T,
+        vocab=m.vocab_size / t,
+        hidden=m.hidden_size / (t if sp else 1),
+        mlp_width=f,
+        mlp_tokens=tokens_mlp,
+        gated_mlp=gated,
+        mlp_weight_grad=wgrad,
+        layer_weights=2 * per_layer,
+        head_weights=2 * head,
+        embedding_weights=2 * embed,
+        shard=d.shard_group,
+        micro_batches=plan.micro_batches,
+        layers=max(stage.num_layers, 1),
+        zero=plan.zero,
+        pipelined=d.pp > 1,
+        first=first,
+        last=last,
+        bucket_bytes=DEEPSPEED_BUCKET_BYTES.get(plan.zero, 0.0) if plan.accounting.name == "deepspeed" else 0.0,
+        mlp_weight_grads=wgrads,
+        gather_kept=fsdp2 and experts > 0 and d.expert_dp * d.ep > experts and stage.moe_layers > 0,
+        loss_parallel=fsdp2 and t > 1,
+    )
+
+
+def memory_budget(ledger: str, hw: Hardware, dims: ParallelDims, peak_allocated: float) -> Headroom:
+    """The memory verdict of an allocated peak on ``hw`` for a plan of mesh ``dims`` in ``ledger``. The lab page's
+    convention has no allocator and nothing outside it, and compares with the datasheet's memory; the engines'
+    peak grows by the caching allocator's reserve and sits beside the CUDA context, cuBLAS and one NCCL communicator
+    per process group larger than one GPU (``parallel.peak.outside_allocator``), on what the device exposes
+    (``device_total_bytes``, else the datasheet's)."""
+    if ledger == "lab":
+        return Headroom(peak_allocated, hw.gpu_memory_bytes, 0.0, 1.0)
+    separate = dims.ep > 1 or dims.etp != dims.tp
+    groups = sum(n > 1 for n in (dims.tp, dims.cp, dims.pp, dims.dp, dims.ep)) + (separate and dims.expert_dp > 1)
+    return Headroom(peak_allocated, hw.device_total_bytes or hw.gpu_memory_bytes, outside_allocator(int(groups)))
+
+
+def freed_at_the_head(plan: Plan) -> float:
+    """Bytes one micro-batch's loss and output head keep on the last stage and free before its decoder layers'
+    backward (``engine_activations.stage_parts``' ``loss`` + ``head``; 0 in the lab page's ledger)."""
+    if plan.accounting.activations != "engine":
+        return 0.0
+    d = plan.dims
+    last = plan.stages[-1]
+    parts = _stage_parts(
+        plan.model, last.layers, plan.seq // d.cp, plan.micro_batch_size, plan.recompute, d.tp,
+        plan.sequence_parallel, d.pp == 1, True, "cuda",
+    )  # fmt: skip
+    return parts["loss"] + parts["head"]
+
+
+def memory_floor(
+    ledger: str, states: Sequence[float], grads: Sequence[float], saved: Sequence[float], freed_last: float
+) -> float:
+    """A lower bound on the allocated peak from each stage's model-state total and saved activations alone (the
+    search rejects a plan on it before building the plan's moments): every engine's last layer's backward holds at
+    least the resident states plus what is saved, less what the last stage's loss and head have freed, and its
+    optimizer step at least the states: max over stages of max(states, states + saved − freed·[last]). In the lab
+    page's ledger it is the total itself (model states + activations of the most-loaded stage). ``grads`` is kept
+    for ledgers whose gradients are not resident through the step (none at the pinned releases)."""
+    p = len(states)
+    if ledger == "lab":
+        return max(s_ + a for s_, a in zip(states, saved, strict=True))
+    out = 0.0
+    for k, (s_, _g, a) in enumerate(zip(states, grads, saved, strict=True)):
+        out = max(out, s_, s_ + a - (freed_last if k == p - 1 else 0.0))
+    return out
+
+
+def memory_reason(report: Report) -> str:
+    """Why ``report``'s plan does not fit, in one line (the search's rejection)."""
+    p = report.plan
+    return floor_reason(p.accounting.name, p.hardware, p.dims, report.memory_floor) or peak_reason(report)
+
+
+def floor_reason(ledger: str, hw: Hardware, dims: ParallelDims, floor: float) -> str:
+    """The rejection when even the floor (``memory_floor``) does not fit; "" when it does."""
+    room = memory_budget(ledger, hw, dims, floor)
+    if room.fits:
+        return ""
+    if ledger == "lab":  # the floor is the lab page's total
+        return f"needs {floor / 1e9:,.1f} GB per GPU > {hw.gpu_memory_bytes / 1e9:,.0f} GB"
+    return f"at least {floor / 1e9:,.1f} GB allocated at its peak: {room.verdict}"
+
+
+def peak_reason(report: Report) -> str:
+    peak = report.by_stage[report.peak_stage].peak
+    room = report.headroom
+    verdict = room.verdict if room is not None else ""
+    return f"{peak.total / 1e9:,.1f} GB allocated at its peak ({peak.name}, stage {report.peak_stage}): {verdict}"
+
+
 def evaluate(plan: Plan) -> Report:
     """Evaluate ``plan``: memory per GPU, bytes per dimension per step with link and time, bubble."""
     if not isinstance(plan, Plan):
@@ -135,6 +333,29 @@ def evaluate(plan: Plan) -> Report:
     )
     per_stage = _stage_memory(plan, per_layer)
     totals = [sum(terms.values()) + activ for terms, activ in per_stage]
+    by_stage = []
+    seen: dict[tuple, tuple[Moment, ...]] = {}  # stages alike in all a step's moments read share them
+    for st_, (terms_, activ_) in zip(plan.stages, per_stage, strict=True):
+        if plan.accounting.name == "lab":
+            moments: tuple[Moment, ...] = (
+                Moment.of("model states + activations", {**_lab_terms(terms_), "activations": activ_}),
+            )
+        else:
+            key = (
+                st_.index == 0,
+                st_.index == p - 1,
+                st_.num_layers,
+                st_.dense_params,
+                st_.expert_params,
+                activ_,
+                st_.moe_layers,
+                tuple(terms_.values()),
+            )
+            if key not in seen:
+                seen[key] = step_moments(_stage_step(plan, st_, terms_, activ_))
+            moments = seen[key]
+        by_stage.append(StagePeak(st_.index, moments, peak_moment(moments)))
+    k_peak = max(range(p), key=lambda k: (by_stage[k].peak.total, -k))
     k_mem = max(range(p), key=lambda k: (totals[k], -k))
     terms, activ = per_stage[k_mem]
     states = sum(terms.values())
@@ -189,12 +410,30 @@ def evaluate(plan: Plan) -> Report:
         raise ValueError(
             f"seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are too large"
         )
+    peak = by_stage[k_peak].peak.total
+    room = memory_budget(acc.name, hw, d, peak)
+    floor = memory_floor(
+        acc.name,
+        [sum(terms_.values()) for terms_, _ in per_stage],
+        [terms_["grads"] for terms_, _ in per_stage],
+        [a for _, a in per_stage],
+        freed_at_the_head(plan),
+    )
     return Report(
         plan=plan,
         params_per_gpu=params_per_gpu,
         model_states_terms=terms,
-        memory_bytes={"model_states": states, "activations": activ, "total": total},
-        fits=total <= hw.gpu_memory_bytes,
+        memory_bytes={
+            "model_states": states,
+            "activations": activ,
+            "total": total,
+            "peak_allocated": peak,
+            "peak_reserved": room.peak_reserved,
+            "headroom": room.headroom,
+        },
+        fits=total <= hw.gpu_memory_bytes
+        if acc.name == "lab"
+        else (room.fits and memory_budget(acc.name, hw, d, floor).fits),
         comm_bytes_per_step=comm,
         link=link,
         comm_time_s=times,
@@ -205,4 +444,9 @@ def evaluate(plan: Plan) -> Report:
         stage=k_mem,
         traffic_stage=st.index,
         collectives=collectives,
+        by_stage=tuple(by_stage),
+        peak_stage=k_peak,
+        headroom=room,
+        memory_floor=floor,
+        stage_totals=tuple(totals),
     )

@@ -10,13 +10,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from meshplan.core.collectives import Collective
+from meshplan.parallel.peak import Headroom, Moment
 from meshplan.plan.construct import Plan
 
-__all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Report"]
+__all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Report", "StagePeak"]
 
 DIMS = ("dp", "tp", "pp", "cp", "ep")
 TRAFFIC = (*DIMS, "edp")  # the report's traffic keys: the five dimensions and the expert-data-parallel sync
 MESH_KEYS = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class StagePeak:
+    """One pipeline stage's step, moment by moment (``parallel.peak``): ``moments`` in step order, ``peak`` the
+    largest."""
+
+    index: int
+    moments: tuple[Moment, ...]
+    peak: Moment
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,11 @@ class Report:
     stage: int = 0
     traffic_stage: int = 0
     collectives: Mapping[str, tuple[Collective, ...]] = field(default_factory=dict)
+    by_stage: tuple[StagePeak, ...] = ()
+    peak_stage: int = 0
+    headroom: Headroom | None = None
+    memory_floor: float = 0.0
+    stage_totals: tuple[float, ...] = ()
 
     @property
     def heaviest_dim(self) -> str | None:

@@ -50,8 +50,10 @@ def traffic_summary(report: Report, short_links: bool = False) -> str:
 
 
 def fits_mark(report: Report) -> str:
-    """'58.2 GB ✓' or '101.2 GB ✗' against the GPU's memory."""
-    return f"{fmt_gb(report.memory_bytes['total'])} {'✓' if report.fits else '✗'}"
+    """'58.2 GB ✓' or '101.2 GB ✗': the lab page's total against the GPU's memory, or an engine ledger's allocated
+    peak with its verdict (``evaluation.memory_budget``)."""
+    key = "total" if report.plan.accounting.name == "lab" else "peak_allocated"
+    return f"{fmt_gb(report.memory_bytes[key])} {'✓' if report.fits else '✗'}"
 
 
 def table_row(report: Report, per_dimension: bool = False) -> dict[str, str]:
@@ -61,8 +63,10 @@ def table_row(report: Report, per_dimension: bool = False) -> dict[str, str]:
     row = {
         "model states": fmt_gb(mem["model_states"]),
         "activations": fmt_gb(mem["activations"]),
-        "total": fits_mark(report),
+        "total": fmt_gb(mem["total"]) if report.plan.accounting.name != "lab" else fits_mark(report),
     }
+    if report.plan.accounting.name != "lab":
+        row["peak"] = fits_mark(report)
     if per_dimension:
         for k in TRAFFIC:
             if k == "edp" and not report.comm_bytes_per_step[k]:
@@ -83,11 +87,38 @@ def summary_line(report: Report) -> str:
     r, p = report, report.plan
     mem = r.memory_bytes
     bubble = f"; bubble (p−1)/(m·v) {fmt_pct(r.bubble)}" if p.pp > 1 else ""
+    if p.accounting.name == "lab":
+        verdict = f"{'fits' if r.fits else 'does not fit'} in {fmt_gb(p.gpu_memory_bytes, 0)}"
+    else:
+        verdict = f"peak {fmt_gb(mem['peak_allocated'])} allocated: {r.headroom.verdict if r.headroom else ''}"
     return (
         f"{p.model.name}: per GPU {fmt_gb(mem['model_states'])} model states + {fmt_gb(mem['activations'])} "
-        f"activations = {fmt_gb(mem['total'])} ({'fits' if r.fits else 'does not fit'} in "
-        f"{fmt_gb(p.gpu_memory_bytes, 0)}); bytes per GPU per step: {traffic_summary(r)}{bubble}"
+        f"activations = {fmt_gb(mem['total'])} ({verdict}); bytes per GPU per step: {traffic_summary(r)}{bubble}"
     )
+
+
+def peak_lines(report: Report) -> list[str]:
+    """The engine ledger's peak: the ledger's total, the largest moment of the step with its terms, the allocator's
+    reserve and what lives outside it, and the verdict on what the device exposes."""
+    p, mem, room = report.plan, report.memory_bytes, report.headroom
+    sp = report.by_stage[report.peak_stage]
+    where = f"{sp.peak.name}" + (f", pipeline stage {sp.index}" if p.pp > 1 else "")
+    out = [
+        f"  {'total':<22}{fmt_gb(mem['total']):>14}  model states + saved activations",
+        "",
+        f"peak of the step ({where})",
+    ]
+    out += [f"    {k:<20}{fmt_gb(v, 2):>14}" for k, v in sp.peak.terms.items() if v]
+    out.append(f"  {'peak allocated':<22}{fmt_gb(mem['peak_allocated']):>14}")
+    if room is not None:
+        usable = p.hardware.device_total_bytes or p.hardware.gpu_memory_bytes
+        out += [
+            f"  {'peak reserved':<22}{fmt_gb(mem['peak_reserved']):>14}  × {room.reserved_ratio:.2f} "
+            "(caching allocator)",
+            f"  {'outside the allocator':<22}{fmt_gb(room.outside):>14}  CUDA context, cuBLAS, NCCL",
+            f"  {'device':<22}{fmt_gb(usable):>14}  {room.verdict}",
+        ]
+    return out
 
 
 def format_report(report: Report) -> str:
@@ -114,11 +145,15 @@ def format_report(report: Report) -> str:
     lines += [
         f"  {'model states':<22}{fmt_gb(mem['model_states']):>14}",
         f"  {'activations':<22}{fmt_gb(mem['activations']):>14}",
-        f"  {'total':<22}{fmt_gb(mem['total']):>14}  {'fits' if report.fits else 'does NOT fit'} in "
-        f"{fmt_gb(p.gpu_memory_bytes, 0)}",
-        "",
-        "bytes sent per GPU per step",
     ]
+    if p.accounting.name == "lab":
+        lines.append(
+            f"  {'total':<22}{fmt_gb(mem['total']):>14}  {'fits' if report.fits else 'does NOT fit'} in "
+            f"{fmt_gb(p.gpu_memory_bytes, 0)}"
+        )
+    else:
+        lines += peak_lines(report)
+    lines += ["", "bytes sent per GPU per step"]
     for k in TRAFFIC:
         if report.link[k] is None:
             if k != "edp":

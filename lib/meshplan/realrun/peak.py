@@ -11,9 +11,9 @@ is a ``FakeTensor``, so a model of real widths costs seconds):
 * Model: ``AutoModelForCausalLM.from_config`` of the pinned ``transformers`` (5.23.0) under ``FakeTensorMode``, in
   fp32 (torchtitan keeps fp32 sharded parameters and casts to bf16 for compute through FSDP's mixed precision), with
   ``num_hidden_layers = layers`` (a ``layer_types`` list is cut to its first ``layers`` entries, ``mlp_only_layers``
-  to those below ``layers``), dropout 0, ``use_cache=False`` and the attention implementation ``attention``. The
-  model must have the Llama layout (``model.embed_tokens``, ``model.layers``, ``model.norm``, ``lm_head``): every
-  family the library counts but GPT-2.
+  to those below ``layers``), dropout 0, ``use_cache`` on but for selective recompute (see ``_config``) and the
+  attention implementation ``attention``. The model must have the Llama layout (``model.embed_tokens``,
+  ``model.layers``, ``model.norm``, ``lm_head``): every family the library counts but GPT-2.
 * Recompute, applied to each decoder layer before FSDP as torchtitan does:
 
   - ``"full"``: ``checkpoint_wrapper(layer, preserve_rng_state=True, determinism_check="default",
@@ -65,11 +65,12 @@ is a ``FakeTensor``, so a model of real widths costs seconds):
   over the ``dp`` sub-mesh.
 * Training loop, as torchtitan's ``Trainer`` (0.3.0 ``torchtitan/trainer.py:806-828``, ``:871-930``): per micro-batch
   ``loss = model(input_ids=x, labels=x).loss / m; loss.backward()`` (the output, with its bf16 logits, is dropped
-  before backward, as torchtitan's ``del pred``), then ``opt.step(); opt.zero_grad()`` with
-  ``torch.optim.AdamW(foreach=True)``. Not replicated: torchtitan's gradient clipping (a few scalars per
-  parameter), its default ``fused`` AdamW (whose step has no temporaries; ``foreach`` allocates one
-  sharded-parameter-sized temporary) and its default ``zero_grad(set_to_none=False)`` (CUDA graphs are on by
-  default in 0.3.0, ``trainer.py:874``, which keeps the sharded gradients allocated through the next forward).
+  before backward, as torchtitan's ``del pred``), then ``opt.step()`` with ``torch.optim.AdamW(fused=True)``
+  (torchtitan's default implementation, ``components/optimizer/optimizer.py:109-111``; its step allocates nothing,
+  where ``foreach`` would allocate one sharded-parameter-sized temporary) and ``opt.zero_grad(set_to_none=False)``
+  (torchtitan's while CUDA graphs are on, its 0.3.0 default, ``trainer.py:874`` and ``config/configs.py:66``: the
+  sharded gradients stay allocated through the next forward). Not replicated: torchtitan's gradient clipping (a
+  few scalars per parameter) and the CUDA graphs themselves (which capture the step into a private memory pool).
   The loss is ``transformers``' (``ForCausalLMLoss``: the logits upcast to fp32, then ``cross_entropy``).
 * Measurement: ``FSDPMemTracker`` (``torch.distributed._tools.fsdp2_mem_tracker``) over two steps; the first step
   (whose optimizer creates its state lazily, which the tracker shows as a large artefact in fake mode) is discarded
@@ -227,7 +228,7 @@ def _validate(layers: int, seq: int, batch: int, world: int, micro_batches: int,
         raise ValueError(f"attention={attention!r} must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}")
 
 
-def _config(config: Mapping[str, Any], layers: int, seq: int) -> Any:
+def _config(config: Mapping[str, Any], layers: int, seq: int, recompute: str = "none") -> Any:
     """The ``transformers`` config of ``config`` with ``layers`` decoder layers."""
     cfg = text_config(config)
     if cfg is config:  # a transformers config: not changed in place
@@ -240,7 +241,11 @@ def _config(config: Mapping[str, Any], layers: int, seq: int) -> Any:
         cfg.mlp_only_layers = [i for i in cfg.mlp_only_layers if i < layers]
     if getattr(cfg, "max_position_embeddings", seq) < seq:
         cfg.max_position_embeddings = seq
-    cfg.use_cache = False
+    # use_cache stays on where it can: with use_cache=False the tracker under FakeTensorMode keeps 5·T·h bytes a
+    # Llama layer (its q, k, v and attention output) alive that real tensors free (measured on a 2-layer model both
+    # ways; with real tensors the two settings allocate the same). Selective checkpointing (op, layer:K) needs it
+    # off: the cache's update inside a checkpointed region is not replayed identically by the recomputation.
+    cfg.use_cache = recompute in ("none", "full")
     return cfg
 
 
@@ -626,7 +631,7 @@ def measure_peak(
     with ExitStack() as stack:
         hf_logging.set_verbosity_error()
         stack.callback(hf_logging.set_verbosity, verbosity)
-        cfg = _config(config, layers, seq)
+        cfg = _config(config, layers, seq, recompute)
         mesh = stack.enter_context(_fake_world(world, tp))
         stack.enter_context(FakeTensorMode())
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation=attention)
@@ -641,7 +646,7 @@ def measure_peak(
         _apply_fsdp(model, mesh["dp"] if tp > 1 else mesh, tied)
         for h in _install_phase_hooks(model, phases):
             stack.callback(h.remove)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         ids = torch.randint(0, cfg.vocab_size, (batch, seq))
         tracker = _tracker_class()(model, opt, phases, timeline)
         tracker.track_inputs((ids,))
@@ -654,11 +659,11 @@ def measure_peak(
             for step in range(2):
                 for _ in range(micro_batches):
                     with loss_context():
-                        loss = model(input_ids=ids, labels=ids, use_cache=False).loss / micro_batches
+                        loss = model(input_ids=ids, labels=ids).loss / micro_batches
                         loss.backward()
                     del loss
                 opt.step()
-                opt.zero_grad()
+                opt.zero_grad(set_to_none=False)
                 if step == 0:
                     tracker.start_recording()
         peak_snap = next(iter(tracker._peak_mem_snap.values()))
