@@ -45,6 +45,7 @@ from typing import Any
 from meshplan.core.units import GB, fmt_gb, fmt_int, fmt_pct
 from meshplan.parallel.pp import bubble_fraction
 from meshplan.plan import TRAFFIC, Plan, Workload, evaluate
+from meshplan.plan.evaluation import floor_reason, memory_reason
 from meshplan.plan.reporting import TRAFFIC_LABELS, link_name
 from meshplan.search import SearchResult, search, settings_key, tied_ranks
 from meshplan.spec.accounting import get_accounting
@@ -91,10 +92,16 @@ __all__ = [
 
 # ---------------------------------------------------------------- the lines
 def memory_line(plan: Plan) -> Line:
-    """Memory of the most-loaded pipeline stage (its own model states plus its own activations, in the plan's
-    ledger) against the GPU's memory."""
+    """Memory against the GPU's. The lab page's ledger: the most-loaded pipeline stage's own model states plus its
+    own activations against the GPU's memory. An engine's ledger: the step's allocated peak (``parallel.peak``), at
+    its moment and stage, with the verdict on what the device exposes (``evaluation.memory_budget``)."""
     r = evaluate(plan)
     mem = r.memory_bytes
+    if plan.accounting.name != "lab" and r.headroom is not None:
+        sp = r.by_stage[r.peak_stage]
+        where = f", stage {sp.index + 1} of {plan.pp}" if plan.pp > 1 else ""
+        why = floor_reason(plan.accounting.name, plan.hardware, plan.dims, r.memory_floor) or r.headroom.verdict
+        return Line(NAMES["memory"], r.fits, f"peak {fmt_gb(mem['peak_allocated'])} ({sp.peak.name}{where}): {why}")
     where = f" (stage {r.stage + 1} of {plan.pp})" if plan.pp > 1 else ""
     sign = "≤" if r.fits else ">"
     return Line(
@@ -219,7 +226,7 @@ def placement(plan: Plan, result: SearchResult) -> Placement:
         return Placement(times[i], 1 + bisect_right(times, times[i] * (1 - 1e-12)), ties[i], True)
     r = evaluate(plan)
     if not r.fits:
-        raise ValueError(f"does not fit ({fmt_gb(r.memory_bytes['total'])} per GPU)")
+        raise ValueError(f"does not fit: {memory_reason(r)}")
     t = step_time(r, result.execution).total_s
     pos = bisect_right(times, t)
     ranks = tied_ranks([*times[:pos], t, *times[pos:]], result.band)

@@ -475,3 +475,92 @@ class TimelineExplorer(StaticWidget):
     )
 
     script_file = "timeline.js"  # the page renderer (meshplan/widgets/static/)
+
+
+# ---------------------------------------------------------------- memory through one training step
+TERM_COLORS = {
+    "parameters": "#4C72B0",
+    "gradients": "#DD8452",
+    "optimizer states": "#8172B2",
+    "unsharded parameters": "#64B5CD",
+    "all-gather buffers": "#8C8C8C",
+    "reduce-scatter buffers": "#CCB974",
+    "activations": "#55A868",
+    "temporaries": "#C44E52",
+}
+MOMENT_LABELS = {
+    "loss forward": "loss\nforward",
+    "loss backward": "loss\nbackward",
+    "backward of the last layer": "last layer's\nbackward",
+    "backward of the first layer": "first layer's\nbackward",
+    "optimizer step": "optimizer\nstep",
+    "model states + activations": "states +\nactivations",
+}
+# the tracker's phases (``realrun.peak``) that each ledger moment stands for (its largest point)
+MEASURED_PHASE = {
+    "loss forward": "loss forward",
+    "loss backward": "loss backward",
+    "optimizer step": "optimizer",
+}
+
+
+def measured_moments(measurement, layers: int) -> dict[str, float]:
+    """A ``realrun.peak.PeakMeasurement``'s phase maxima (bytes) under the ledger moments' names: the loss's
+    forward and backward, the last and the first decoder layer's backward, the optimizer step (the last micro-batch
+    when there are several)."""
+    out: dict[str, float] = {}
+    m = measurement.micro_batches
+    names = {**MEASURED_PHASE, "backward of the last layer": f"backward of layer {layers - 1}",
+             "backward of the first layer": "backward of layer 0"}  # fmt: skip
+    for moment, phase in names.items():
+        key = phase if (m == 1 or phase == "optimizer") else f"{phase} (micro-batch {m})"
+        if key in measurement.phases:
+            out[moment] = float(measurement.phases[key]["total"])
+    return out
+
+
+def memory_moments(
+    moments: Sequence,
+    measured: Mapping[str, float] | None = None,
+    budget: float | None = None,
+    title: str = "",
+    width: float = FIG_WIDTH,
+):
+    """One stacked bar per moment of a step (``parallel.peak.Moment``, in step order), by term, in GB; ``measured``
+    (moment name → bytes, e.g. ``measured_moments``) draws the tracker's measured total of each as a black
+    diamond, ``budget`` (bytes) the device's room as a dashed line. Text at least 9 pt.
+
+        >>> from meshplan.plan import Plan, evaluate
+        >>> r = evaluate(Plan.create("llama-3.1-8b", gpus=8, dp=8, zero=3, accounting="fsdp2"))
+        >>> fig = memory_moments(r.by_stage[0].moments)
+        >>> len(fig.axes[0].patches) >= len(r.by_stage[0].moments)
+        True
+    """
+    import matplotlib.pyplot as plt
+
+    if not moments:
+        raise ValueError("memory_moments needs at least one moment")
+    fig, ax = plt.subplots(figsize=(width, 3.6), dpi=100)
+    xs = range(len(moments))
+    bottom = [0.0] * len(moments)
+    for term, colour in TERM_COLORS.items():
+        heights = [m.terms.get(term, 0.0) / 1e9 for m in moments]
+        if any(heights):
+            ax.bar(xs, heights, 0.62, bottom=bottom, color=colour, label=term, edgecolor="white", linewidth=0.5)
+            bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    if measured:
+        pts = [(i, measured[m.name] / 1e9) for i, m in enumerate(moments) if m.name in measured]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker="D", s=36, color="black", zorder=3,
+                       label="measured (FSDPMemTracker)")  # fmt: skip
+    if budget is not None:
+        ax.axhline(budget / 1e9, color="black", linestyle="--", linewidth=1, label="room on the device")
+    ax.set_xticks(list(xs), [MOMENT_LABELS.get(m.name, m.name) for m in moments])
+    ax.tick_params(labelsize=9)
+    ax.set_ylabel("GB allocated per GPU", fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=9, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    return fig

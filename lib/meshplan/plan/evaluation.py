@@ -48,6 +48,7 @@ from meshplan.parallel.dp import grad_sync_bytes
 from meshplan.parallel.engine_activations import _stage_parts, stage_bytes
 from meshplan.parallel.ep import ep_collectives, tokens_per_gpu
 from meshplan.parallel.peak import (
+    ENGINE_RESERVED_RATIO,
     MOMENT_TERMS,
     Headroom,
     Moment,
@@ -261,7 +262,12 @@ def memory_budget(ledger: str, hw: Hardware, dims: ParallelDims, peak_allocated:
         return Headroom(peak_allocated, hw.gpu_memory_bytes, 0.0, 1.0)
     separate = dims.ep > 1 or dims.etp != dims.tp
     groups = sum(n > 1 for n in (dims.tp, dims.cp, dims.pp, dims.dp, dims.ep)) + (separate and dims.expert_dp > 1)
-    return Headroom(peak_allocated, hw.device_total_bytes or hw.gpu_memory_bytes, outside_allocator(int(groups)))
+    return Headroom(
+        peak_allocated,
+        hw.device_total_bytes or hw.gpu_memory_bytes,
+        outside_allocator(int(groups)),
+        ENGINE_RESERVED_RATIO[ledger],
+    )
 
 
 def freed_at_the_head(plan: Plan) -> float:
