@@ -45,7 +45,7 @@ from typing import Any
 from meshplan.core.units import GB, fmt_gb, fmt_int, fmt_pct
 from meshplan.parallel.pp import bubble_fraction
 from meshplan.plan import TRAFFIC, Plan, Workload, evaluate
-from meshplan.plan.evaluation import floor_reason, memory_reason
+from meshplan.plan.evaluation import memory_reason
 from meshplan.plan.reporting import TRAFFIC_LABELS, link_name
 from meshplan.search import SearchResult, search, settings_key, tied_ranks
 from meshplan.spec.accounting import get_accounting
@@ -100,8 +100,11 @@ def memory_line(plan: Plan) -> Line:
     if plan.accounting.name != "lab" and r.headroom is not None:
         sp = r.by_stage[r.peak_stage]
         where = f", stage {sp.index + 1} of {plan.pp}" if plan.pp > 1 else ""
-        why = floor_reason(plan.accounting.name, plan.hardware, plan.dims, r.memory_floor) or r.headroom.verdict
-        return Line(NAMES["memory"], r.fits, f"peak {fmt_gb(mem['peak_allocated'])} ({sp.peak.name}{where}): {why}")
+        return Line(
+            NAMES["memory"],
+            r.fits,
+            f"peak {fmt_gb(mem['peak_allocated'])} ({sp.peak.name}{where}): {r.headroom.verdict}",
+        )
     where = f" (stage {r.stage + 1} of {plan.pp})" if plan.pp > 1 else ""
     sign = "≤" if r.fits else ">"
     return Line(

@@ -59,9 +59,9 @@ measured on Llama-style layers; MoE layers use the routed tokens (T·k) and the 
     ...     embedding_saved=4259840, first_layer_saved=1645281280, recomputed=0, tokens=8192, vocab=128256,
     ...     hidden=4096, mlp_width=14336, mlp_tokens=8192, gated_mlp=True, mlp_weight_grad=117440512,
     ...     layer_weights=436224000, head_weights=1050681344, embedding_weights=1050673152, shard=8, layers=4, zero=3)
-    >>> m = peak_moment(step_moments(s))  # FSDPMemTracker measures 23,397,300,900 B, at the loss's backward
+    >>> m = peak_moment(step_moments(s))  # FSDPMemTracker measures 24,358,863,524 B, at the loss's backward
     >>> m.name, int(m.total), int(m.terms["temporaries"])  # 8·T·V: the loss's fp32 gradients
-    ('loss backward', 23397365772, 8405385216)
+    ('loss backward', 24358928396, 8405385216)
 """
 
 from __future__ import annotations
@@ -414,9 +414,9 @@ class Headroom:
 
         >>> h = Headroom(peak_allocated=60e9, usable=84.94e9, outside=2.6e9, reserved_ratio=1.13)
         >>> h.verdict
-        'fits with 14.5 GB to spare'
+        'fits, 14.5 GB to spare'
         >>> Headroom(peak_allocated=74e9, usable=84.94e9, outside=2.6e9, reserved_ratio=1.13).verdict
-        'fits only if the caching allocator reserves under 11 % more than it allocates'
+        'fits only if the allocator reserves under 11 % more'
     """
 
     peak_allocated: float
@@ -442,11 +442,11 @@ class Headroom:
     def verdict(self) -> str:
         room = self.usable - self.outside
         if self.headroom >= 0:
-            return f"fits with {self.headroom / 1e9:.1f} GB to spare"
+            return f"fits, {self.headroom / 1e9:.1f} GB to spare"
         if self.peak_allocated <= room:
             slack = room / self.peak_allocated - 1
-            return f"fits only if the caching allocator reserves under {slack * 100:.0f} % more than it allocates"
-        return f"does not fit: {(self.peak_allocated - room) / 1e9:.1f} GB over before fragmentation"
+            return f"fits only if the allocator reserves under {slack * 100:.0f} % more"
+        return f"does not fit: {(self.peak_allocated - room) / 1e9:.1f} GB over"
 
 
 def outside_allocator(communicators: int) -> float:
