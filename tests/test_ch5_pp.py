@@ -330,8 +330,10 @@ def test_figures_and_explorer_are_deterministic():
 
 
 def test_the_pipeline_design_checklist_has_four_answers_all_pipelines():
-    """Chapter 5's plan design (the anchor on 32 GPUs, B = 64, Megatron-LM's ledger): its start fails the bubble, the
-    global batch and the search; exactly four settings pass every line, each TP 4 with a pipeline and ZeRO-1."""
+    """Chapter 5's plan design (the anchor on 32 GPUs, B = 64, Megatron-LM's ledger, the step's peak with the
+    allocator's reserve on the lab machine's 80 GB): its start fails the bubble, the global batch and the search;
+    exactly four settings pass every line, each TP 4 with a pipeline: PP 2 only with ZeRO-1 and selective
+    recomputation, PP 4 also with ZeRO-0 or without recomputation."""
     ck = pipeline_design_checklist()
     assert DESIGN_PIPELINE == {"gpus": 32, "seq": 4096, "global_batch": 64}
     start = ck.report(**ck.defaults).split("\n")
@@ -340,9 +342,31 @@ def test_the_pipeline_design_checklist_has_four_answers_all_pipelines():
     assert start[5] == "✗ global batch: dp × b × m = 2 × 1 × 8 = 16 ≠ B = 64; m = 32 would do"
     base = {"tp": 4, "cp": 1, "zero": 1, "b": 1}
     assert ck.passing() == [
-        {**base, "pp": 2, "recompute": "none", "m": 16},
         {**base, "pp": 2, "recompute": "selective", "m": 16},
+        {**base, "pp": 4, "zero": 0, "recompute": "selective", "m": 32},
+        {**base, "pp": 4, "recompute": "none", "m": 32},
+        {**base, "pp": 4, "recompute": "selective", "m": 32},
     ]
+    memory = {
+        name: next(ln for ln in ck.lines(**{**base, **v}) if ln.name == "memory fits")
+        for name, v in {
+            "pp 2, zero 0": {"pp": 2, "zero": 0, "recompute": "selective", "m": 16},
+            "pp 2, no recompute": {"pp": 2, "recompute": "none", "m": 16},
+            "no pipeline": {"pp": 1, "recompute": "selective", "m": 8},
+            "no pipeline, full": {"pp": 1, "recompute": "full", "m": 8},
+        }.items()
+    }
+    # PP 2 without recomputation fits what it allocates, not what Megatron-LM's allocator reserves (× 1.13)
+    assert not memory["pp 2, no recompute"].ok
+    assert memory["pp 2, no recompute"].reason.startswith(
+        "peak 75.4 GB (backward of the last layer, stage 1 of 2): fits only"
+    )
+    # PP 2 without ZeRO-1 and no pipeline at all are over the GPU before any reserve
+    assert memory["pp 2, zero 0"].reason.startswith(
+        "peak 88.9 GB (backward of the last layer, stage 1 of 2): does not fit"
+    )
+    assert memory["no pipeline"].reason.startswith("peak 79.8 GB (loss forward): does not fit")
+    assert memory["no pipeline, full"].ok
     # TP 8 is refused for the anchor's 4 KV heads; PP 8 leaves m = 64 and a bubble of 7/64 = 10.9 %
     tp8 = {ln.name: ln for ln in ck.lines(**{**base, "tp": 8, "pp": 1, "recompute": "selective", "m": 16})}
     assert tp8["memory fits"].reason == "tp=8 does not divide 4 KV heads"
