@@ -45,7 +45,7 @@ from typing import Any
 from meshplan.core.units import GB, fmt_gb, fmt_int, fmt_pct
 from meshplan.parallel.pp import bubble_fraction
 from meshplan.plan import TRAFFIC, Plan, Workload, evaluate
-from meshplan.plan.evaluation import memory_reason
+from meshplan.plan.evaluation import memory_reason, peak_reason
 from meshplan.plan.reporting import TRAFFIC_LABELS, link_name
 from meshplan.search import SearchResult, search, settings_key, tied_ranks
 from meshplan.spec.accounting import get_accounting
@@ -229,7 +229,7 @@ def placement(plan: Plan, result: SearchResult) -> Placement:
         return Placement(times[i], 1 + bisect_right(times, times[i] * (1 - 1e-12)), ties[i], True)
     r = evaluate(plan)
     if not r.fits:
-        raise ValueError(f"does not fit: {memory_reason(r)}")
+        raise ValueError(f"does not fit: {peak_reason(r) if r.plan.accounting.name != 'lab' else memory_reason(r)}")
     t = step_time(r, result.execution).total_s
     pos = bisect_right(times, t)
     ranks = tied_ranks([*times[:pos], t, *times[pos:]], result.band)

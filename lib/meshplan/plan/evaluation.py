@@ -319,10 +319,13 @@ def floor_reason(ledger: str, hw: Hardware, dims: ParallelDims, floor: float) ->
 
 
 def peak_reason(report: Report) -> str:
+    """The allocated peak, its moment (and stage, counted from 1, with pipeline parallelism) and its verdict."""
     peak = report.by_stage[report.peak_stage].peak
     room = report.headroom
     verdict = room.verdict if room is not None else ""
-    return f"{peak.total / 1e9:,.1f} GB allocated at its peak ({peak.name}, stage {report.peak_stage}): {verdict}"
+    p = report.plan.pp
+    where = f", stage {report.peak_stage + 1} of {p}" if p > 1 else ""
+    return f"{peak.total / 1e9:,.1f} GB allocated at its peak ({peak.name}{where}): {verdict}"
 
 
 def evaluate(plan: Plan) -> Report:
