@@ -11,7 +11,15 @@ import pytest
 from commands import run
 
 from meshplan import Plan, evaluate
-from meshplan.search import format_search, search, stage_balance_for, step_time, tie_band, tied_ranks
+from meshplan.search import (
+    format_search,
+    search,
+    settings_key,
+    stage_balance_for,
+    step_time,
+    tie_band,
+    tied_ranks,
+)
 from meshplan.spec.stages import spread_layers
 from meshplan.steptime import Execution, execution_for, fit_data
 
@@ -47,7 +55,18 @@ def llama16k():
 
 def test_llama3_16k_published_shape_is_in_the_top_10(llama16k):
     r = llama16k
-    assert (r.enumerated, len(r.ranked), len(r.shapes())) == (1701, 49, 24)
+    assert (r.enumerated, len(r.ranked), len(r.shapes())) == (1701, 50, 25)
+    # the fsdp2 verdict is the step's allocated peak (no allocator reserve: expandable segments) beside what lives
+    # outside the allocator, on the H100's CUDA total: one plan at 80.2 GB of states + activations, over the
+    # datasheet's 80 GB, fits that way with 0.6 GB to spare, and brings its shape with it
+    extra = r.rank_of(tp=8, cp=1, pp=4, dp=512, zero=3, recompute="full", micro_batch_size=1, virtual_stages=1)
+    assert extra is not None and r.shape_rank_of(tp=8, cp=1, pp=4, dp=512) == 12
+    m = extra[1].report.memory_bytes
+    assert (f"{m['total'] / 1e9:.1f}", f"{m['peak_allocated'] / 1e9:.1f}", f"{m['headroom'] / 1e9:.1f}") == (
+        "80.2",
+        "81.7",
+        "0.6",
+    )
     shape = {"tp": 8, "cp": 1, "pp": 16, "dp": 128}
     assert r.shape_rank_of(**shape) == 6 and r.shape_rank_of(ties=True, **shape) == 6
     _, pub = r.rank_of(**shape)
@@ -114,22 +133,37 @@ def test_format_shows_ties_and_says_why(llama16k):
 # ---------------------------------------------------------------- the stage layout of the ledger's engine
 def test_search_lays_out_the_stages_as_the_ledgers_engine_does():
     """Megatron-LM, torchtitan and DeepSpeed put the embedding on the first pipeline stage and the head on the last
-    ("max"); the lab page spreads them evenly. The issue's plan: 72.7 GB per GPU with the embedding spread over the
-    4 stages, 80.2 GB with it on stage 0, over the H100's 80 GB."""
+    ("max"); the lab page spreads them evenly. A plan of the issue's shape (PP 4, full recomputation, v = 4) at
+    TP 2: its step peaks at 66.1 GB allocated with the embedding spread over the 4 stages, 73.9 GB with it on stage
+    0, which the allocator's reserve (×1.13) and what lives outside it push over the H100's 84.9 GB CUDA total."""
     assert [stage_balance_for(x) for x in ("lab", "megatron", "fsdp2", "deepspeed")] == ["even", "max", "max", "max"]
     kw: dict[str, Any] = {"gpus": 16, "seq": 4096, "global_batch": 32, "hardware": H100, "accounting": "megatron"}
     engine, even = search("qwen3.8-27b", **kw), search("qwen3.8-27b", stage_balance="even", **kw)
     assert (engine.stage_balance, even.stage_balance) == ("max", "even")
     assert {c.plan.stage_balance for c in engine.ranked} == {"max"}
     assert {c.plan.stage_balance for c in even.ranked} == {"even"}
-    shape = {"tp": 1, "cp": 1, "pp": 4, "dp": 4, "ep": 1}
-    plan = {**shape, "zero": 1, "recompute": "full", "micro_batch_size": 2, "virtual_stages": 4}
+    shape = {"tp": 2, "cp": 1, "pp": 4, "dp": 2, "ep": 1}
+    plan = {**shape, "zero": 0, "recompute": "full", "micro_batch_size": 1, "virtual_stages": 4}
     hit = even.rank_of(**plan)
-    assert hit is not None and f"{hit[1].report.memory_bytes['total'] / 1e9:.1f}" == "72.7"
+    assert hit is not None
+    m = hit[1].report.memory_bytes
+    assert (f"{m['peak_allocated'] / 1e9:.1f}", f"{m['headroom'] / 1e9:.1f}") == ("66.1", "7.6")
     assert engine.rank_of(**plan) is None
     (refused,) = [x for x in engine.rejected if x.settings == plan]
-    assert (refused.constraint, refused.message) == ("memory", "needs 80.2 GB per GPU > 80 GB")
-    assert (len(engine.ranked), len(even.ranked)) == (210, 220)  # 10 verdicts flip, none the other way
+    assert (refused.constraint, refused.message) == (
+        "memory",
+        "73.9 GB allocated at its peak (backward of the last layer, stage 0): "
+        "fits only if the allocator reserves under 11 % more",
+    )
+    # the issue's own plan (TP 1, ZeRO-1, b 2), 72.7 GB of states + activations spread evenly, fits neither way
+    # under the peak verdict: its loss forward on the last stage peaks at 76.7 GB allocated even when spread
+    issue = {**shape, "tp": 1, "dp": 4, "zero": 1, "recompute": "full", "micro_batch_size": 2, "virtual_stages": 4}
+    assert engine.rank_of(**issue) is None and even.rank_of(**issue) is None
+    (spread,) = [x for x in even.rejected if x.settings == issue]
+    assert spread.message.startswith("76.7 GB allocated at its peak (loss forward, stage 3): ")
+    # 16 verdicts flip, none the other way: every plan the engine's layout keeps, the even layout keeps too
+    assert {settings_key(c.plan) for c in engine.ranked} < {settings_key(c.plan) for c in even.ranked}
+    assert (len(engine.ranked), len(even.ranked)) == (185, 201)
     # the lab ledger keeps the lab page's layout (its numbers do not move)
     lab = search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8)
     assert lab.stage_balance == "even"
@@ -175,7 +209,10 @@ def test_deepseek_v3_published_plan_needs_dualpipe():
     one = search("deepseek-v3", **kw)
     two = search("deepseek-v3", execution=Execution(tp_overlap="backward", pipeline="dualpipe"), **kw)
     pub: dict[str, Any] = {"tp": 1, "pp": 16, "ep": 64}
-    assert (one.shape_rank_of(**pub), two.shape_rank_of(**pub), len(two.shapes())) == (91, 37, 113)
+    # under the peak verdict (×1.13 reserve and what lives outside the allocator, on the H800's CUDA total) 107 plans
+    # of 103 shapes fit in either execution; DualPipe still lifts the published shape from 74th to 26th
+    assert (len(one.ranked), len(two.ranked)) == (107, 107)
+    assert (one.shape_rank_of(**pub), two.shape_rank_of(**pub), len(two.shapes())) == (74, 26, 103)
     hit1, hit2 = one.rank_of(**pub), two.rank_of(**pub)
     assert hit1 is not None and hit2 is not None
     p1, p2 = hit1[1], hit2[1]
