@@ -471,13 +471,23 @@ def toml(settings: dict, notes=()) -> str:
 
 
 def price_note(plan: Plan) -> str:
-    """One line: the plan's memory per GPU in its own ledger, and whether it fits (``plan.accounting``)."""
+    """One line: the plan's memory per GPU in its own ledger, and whether it fits (``plan.accounting``): the lab page's
+    total against the GPU's memory, or an engine's allocated peak with its verdict (``evaluation.memory_budget``)."""
 
     r = evaluate(plan)
+    mem = r.memory_bytes
+    if plan.accounting.name != "lab" and r.headroom is not None:
+        sp = r.by_stage[r.peak_stage]
+        where = f", stage {sp.index + 1} of {plan.pp}" if plan.pp > 1 else ""
+        return (
+            f"peak memory per GPU in the {plan.accounting.name} ledger: {fmt_gb(mem['peak_allocated'])} at the "
+            f"{sp.peak.name}{where} ({fmt_gb(mem['model_states'])} model states + {fmt_gb(mem['activations'])} "
+            f"saved activations = {fmt_gb(mem['total'])}); {r.headroom.verdict}"
+        )
     verdict = "fits" if r.fits else "does NOT fit"
     return (
-        f"memory per GPU in the {plan.accounting.name} ledger: {fmt_gb(r.memory_bytes['total'])} "
-        f"({fmt_gb(r.memory_bytes['model_states'])} model states + {fmt_gb(r.memory_bytes['activations'])} "
+        f"memory per GPU in the {plan.accounting.name} ledger: {fmt_gb(mem['total'])} "
+        f"({fmt_gb(mem['model_states'])} model states + {fmt_gb(mem['activations'])} "
         f"activations), {verdict} in {fmt_gb(plan.gpu_memory_bytes, 0)}"
     )
 

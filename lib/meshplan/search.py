@@ -653,14 +653,16 @@ def format_search(result: SearchResult, top: int = 10) -> str:
     shown = list(zip(result.tied_ranks(), result.ranked, strict=True))[:top]
     width = max([len(c.label()) for _, c in shown] + [len("plan")]) + 2
     names = {"dp_exposed_s": "dp", "optimizer_s": "optim"}
+    # the lab page's total, or an engine's allocated peak (what its verdict is on)
+    key, head = ("total", "memory") if result.accounting == "lab" else ("peak_allocated", "peak")
     lines.append(
-        f"{'#':>4}  {'plan':<{width}}{'memory':>10}{'step s':>9}{'MFU':>8}  "
+        f"{'#':>4}  {'plan':<{width}}{head:>10}{'step s':>9}{'MFU':>8}  "
         + "  ".join(f"{names.get(t, t[:-2]):>7}" for t in TERMS)
     )
     for rank, c in shown:
         terms = "  ".join(f"{x:7.3f}" for x in c.step.terms().values())
         lines.append(
-            f"{rank:>4}  {c.label():<{width}}{fmt_gb(c.report.memory_bytes['total']):>10}"
+            f"{rank:>4}  {c.label():<{width}}{fmt_gb(c.report.memory_bytes[key]):>10}"
             f"{c.step.total_s:9.3f}{fmt_pct(c.mfu(), 1):>8}  {terms}"
         )
     lines += ["", "rejected plans, by the first constraint they fail:"]

@@ -120,6 +120,9 @@ def _differs(row: Mapping[str, Any]) -> tuple[str, ...]:
     if row.get("torch_compile") is True:
         out.append("torch.compile")
     if row["engine"]["name"] == "fsdp2" and row["source"].get("kind") == "benchmark_table":
+        # torchtitan at 9dec370: torchtitan/optimizer.py#L132-L138 (foreach unless --optimizer.fused) and train.py#L266
+        # (optimizers.zero_grad(), torch's set_to_none=True); the ledger prices torchtitan 0.3.0's fused AdamW and
+        # resident gradients
         out.append("torchtitan of December 2024 (foreach AdamW, gradients freed by zero_grad)")
     return tuple(out)
 

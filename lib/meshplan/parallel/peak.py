@@ -416,7 +416,7 @@ class Headroom:
         >>> h.verdict
         'fits, 14.5 GB to spare'
         >>> Headroom(peak_allocated=74e9, usable=84.94e9, outside=2.6e9, reserved_ratio=1.13).verdict
-        'fits only if the allocator reserves under 11 % more'
+        'fits only if the allocator reserves under 11.3 % more'
     """
 
     peak_allocated: float
@@ -445,8 +445,8 @@ class Headroom:
             return f"fits, {self.headroom / 1e9:.1f} GB to spare"
         if self.peak_allocated <= room:
             slack = room / self.peak_allocated - 1
-            return f"fits only if the allocator reserves under {slack * 100:.0f} % more"
-        return f"does not fit: {(self.peak_allocated - room) / 1e9:.1f} GB over"
+            return f"fits only if the allocator reserves under {slack * 100:.1f} % more"
+        return f"does not fit: {(self.peak_allocated - room) / 1e9:.1f} GB over before the allocator's reserve"
 
 
 def outside_allocator(communicators: int) -> float:
