@@ -240,9 +240,10 @@ LEDGER_TERM = {
     "TEMP": "activations and temporaries",
     "UNSHARDED_GRAD": "activations and temporaries",
 }
-# what the fsdp2 ledger prices (its recompute modes); the cases with torchtitan's op-level and layer-level
-# selective recompute are measured above and not yet priced by the ledger (issue 24)
-PRICED = [c.name for c in CASES if c.recompute in ("none", "full")]
+# what the fsdp2 ledger prices: no recompute, full, and torchtitan's op-level selective checkpointing on dense attention
+# layers; the cases with op-level checkpointing of MoE layers and with layer-level selective recompute (layer:K) are
+# measured above and not priced by the ledger yet (issue 24)
+PRICED = [c.name for c in CASES if c.recompute in ("none", "full") or (c.recompute == "op" and "MoE" not in c.name)]
 
 
 def ledger_peak(m: peak.PeakMeasurement):

@@ -164,7 +164,13 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
     )
     p.add_argument("--dp", type=_int("dp", MAX_GPUS), default=None, help="default: gpus ÷ (tp × cp × pp)")
     p.add_argument("--zero", type=_zero, default=0, help="ZeRO stage 0-3 over the data-parallel ranks")
-    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none")
+    p.add_argument(
+        "--recompute",
+        choices=("none", "selective", "full", "op"),
+        default="none",
+        help="none, selective (Megatron-LM's core attention), full, or op (torchtitan's op-level selective "
+        "checkpointing, fsdp2 ledger only)",
+    )
     p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
     p.add_argument("--micro-batch-size", type=_int("micro-batch-size", MAX_MICRO_BATCH_SIZE), default=1)
     p.add_argument(
@@ -307,7 +313,9 @@ def _add_search(sub) -> None:
 def _export(args) -> int:
 
     ledger = args.accounting or ENGINE_LEDGER[args.format]  # an export is priced in its engine's own ledger
-    args.accounting = None  # the plan as written; export_text prices what the engine runs
+    # the plan as written (torchtitan's op-level recompute exists in its fsdp2 ledger only); export_text prices what
+    # the engine runs
+    args.accounting = "fsdp2" if args.recompute == "op" else None
     text = export_text(plan_from_args(args, ledger), args.format, ledger)
     _print(text.rstrip("\n"))
     return 0

@@ -61,6 +61,7 @@ from functools import cache
 
 from meshplan.core.resources import DATA_DIR
 from meshplan.core.units import fmt_gb
+from meshplan.parallel.engine_activations import op_projections, spec_implementation
 from meshplan.plan import Plan, evaluate
 from meshplan.spec.dims import MEGATRON_ORDER, parse_order
 from meshplan.spec.model import ModelSpec
@@ -349,6 +350,21 @@ def _torchtitan_runs(plan: Plan) -> tuple[dict, tuple[str, ...]]:
             f"torchtitan has no expert tensor-parallel size: its experts split over TP {plan.tp} like the dense "
             f"layers (experiments/llama4/infra/parallelize.py L95-L105), not over {plan.etp}: priced so"
         )
+    if plan.recompute == "selective":  # torchtitan's selective checkpointing is op-level, not the attention core
+        try:
+            for L in plan.model.layers:
+                op_projections(L, plan.model.hidden_size, spec_implementation(plan.model))
+        except ValueError as exc:
+            notes.append(
+                f"torchtitan's selective checkpointing is op-level (SelectiveAC), not Megatron's core attention; "
+                f"{exc}: priced as the core attention's"
+            )
+        else:
+            changes["recompute"] = "op"
+            notes.append(
+                "torchtitan's selective checkpointing is op-level (SelectiveAC: the matmul and attention outputs, "
+                "every second matmul recomputed), not Megatron's core attention: priced as recompute='op'"
+            )
     zero = changes.get("zero", plan.zero)
     shard = 1 if zero == 0 else plan.dp
     if plan.ep > 1 and (plan.ep % plan.cp or (shard * plan.cp) % plan.ep):
@@ -430,8 +446,8 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
             "expert_parallel_degree": plan.ep,
         }
     )
-    ac: dict[str, object] = {"mode": plan.recompute}
-    if plan.recompute == "selective":
+    ac: dict[str, object] = {"mode": "selective" if plan.recompute == "op" else plan.recompute}
+    if plan.recompute in ("selective", "op"):
         ac["selective_ac_option"] = "op"  # the default "2" is full recompute of every 2nd block (job_config.py L506)
     settings = {
         "parallelism": par,

@@ -59,14 +59,15 @@ from meshplan.core.validation import (
     check_count,
     check_non_negative_int,
 )
-from meshplan.parallel.activations import RECOMPUTE_MODES, activation_bytes_per_layer
+from meshplan.parallel.activations import RECOMPUTE_MODES
 from meshplan.plan import Plan, Report, Workload, evaluate
-from meshplan.plan.construct import MAX_GLOBAL_BATCH
+from meshplan.plan.construct import MAX_GLOBAL_BATCH, OP_RECOMPUTE
 from meshplan.plan.evaluation import (
     _stage_activations,
     _stage_states,
     floor_reason,
     freed_at_the_head,
+    lab_per_layer,
     memory_floor,
     memory_reason,
 )
@@ -335,11 +336,7 @@ def _stage_states_bytes(plan: Plan) -> tuple[list[float], list[float]]:
 
 def _stage_activation_bytes(plan: Plan) -> list[float]:
     """Activation bytes per GPU of each pipeline stage of ``plan``, as ``evaluate`` computes them."""
-    m = plan.model
-    per_layer = activation_bytes_per_layer(
-        plan.seq, plan.micro_batch_size, m.hidden_size, m.num_attention_heads, plan.tp, plan.recompute,
-        plan.sequence_parallel,
-    )  # fmt: skip
+    per_layer = lab_per_layer(plan)
     return [_stage_activations(plan, st, per_layer) for st in plan.stages]
 
 
@@ -566,7 +563,7 @@ def search(
     gpn = hw.gpus_per_node
     check_nodes(gpus, gpn)
     zero_stages = _check_choices("zero_stages", zero_stages, ZERO_STAGES)
-    recompute = _check_choices("recompute", recompute, RECOMPUTE_MODES)
+    recompute = _check_choices("recompute", recompute, (*RECOMPUTE_MODES, OP_RECOMPUTE))
     micro_batch_sizes = tuple(check_count("micro_batch_sizes entry", b) for b in micro_batch_sizes)
     virtual_stages = tuple(check_count("virtual_stages entry", v) for v in virtual_stages)
     if not micro_batch_sizes or not virtual_stages:
@@ -620,7 +617,7 @@ def search(
             c.plan.pp,
             c.plan.ep,
             c.plan.zero,
-            RECOMPUTE.index(c.plan.recompute),
+            (*RECOMPUTE, OP_RECOMPUTE).index(c.plan.recompute),
             c.plan.micro_batch_size,
             c.plan.virtual_stages,
         )

@@ -49,6 +49,7 @@ from functools import lru_cache
 
 from meshplan.core.validation import check_choice, check_count
 from meshplan.parallel.activations import RECOMPUTE_MODES
+from meshplan.parallel.engine_activations import op_projections, spec_implementation
 from meshplan.spec.models.spec import LayerSpec, ModelSpec
 
 FORWARD_FLOP_PER_PARAM_TOKEN = 2
@@ -154,8 +155,18 @@ def recompute_flop_per_sequence(model: ModelSpec, seq: int, recompute: str, caus
         return sum(
             attention_forward_flop(layer, seq, causal) for layer in _layers(model) if layer.mixer != "linear_attention"
         )
+    if recompute == "op":  # torchtitan's op-level selective checkpointing: the projections it does not keep
+        return 2 * seq * sum(op_recomputed_params(layer, model) for layer in _layers(model))
     check_choice("recompute", recompute, RECOMPUTE_MODES)  # "none" is what is left
     return 0.0
+
+
+def op_recomputed_params(layer, model: ModelSpec) -> float:
+    """Weights of the projections torchtitan's op-level selective checkpointing recomputes in one layer's backward
+    (``engine_activations.op_projections``: every second ``mm``): their forward FLOP is 2 × these × tokens."""
+    impl = spec_implementation(model)
+    return float(sum(n_in * n_out for _, _, n_in, n_out, _, kept in op_projections(layer, model.hidden_size, impl)
+                     if not kept))  # fmt: skip
 
 
 @lru_cache(maxsize=1024)  # a search's JSON asks it four times per plan; a ModelSpec hashes its layers once

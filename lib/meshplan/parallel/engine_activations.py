@@ -133,7 +133,7 @@ from meshplan.spec.model import LayerSpec, ModelSpec
 from meshplan.spec.models.spec import NORM_NAMES
 
 ATTENTIONS = ("sdpa", "eager")
-RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODES = ("none", "selective", "full", "op")
 DEVICES = ("cpu", "cuda")
 GDN_CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size (modeling_qwen3_5.py:292)
 LSE_ALIGN_CUDA = 32  # memory-efficient attention pads its logsumexp rows to 32 (a convention, not measured)
@@ -659,12 +659,78 @@ def _check_tp(L: LayerSpec, tp: int) -> None:
             raise ValueError(f"tp={tp} does not divide {count} {what}")
 
 
+def op_projections(L: LayerSpec, h: int, impl: Implementation) -> list[tuple[str, str, int, int, str, bool]]:
+    """The projections of a decoder layer's forward, in order, as torchtitan's op-level selective checkpointing
+    treats them (``SelectiveAC`` in ``torchtitan/distributed/activation_checkpoint.py``, torchtitan 0.3.0): (name,
+    part, input width, output width, TP split of the output, kept). Every ``mm`` is counted from one and every second
+    one is recomputed; a projection with a bias runs as an ``addmm``, which the save list always keeps and the count
+    skips. Priced for SDPA attention layers with a dense MLP (ValueError otherwise)."""
+    if L.mixer != "attention" or L.num_experts:
+        what = "layers with routed experts" if L.num_experts else f"{L.mixer} layers"
+        raise ValueError(
+            f"recompute='op' (torchtitan's op-level selective checkpointing) is priced for attention layers with a "
+            f"dense MLP, not yet for {what}"
+        )
+    a, kv, d, dv = L.num_heads, L.num_kv_heads, L.head_dim, L.v_head_dim or L.head_dim
+    q_width = a * d * (2 if L.output_gate else 1)
+    if impl.qkv == "fused_v_view":
+        rows = [("qkv_proj", "mixer", h, q_width + kv * d + kv * dv, "width", L.qkv_bias)]
+    elif impl.qkv == "fused_views":
+        rows = [("c_attn", "mixer", h, 3 * a * d, "width", True)]
+    else:
+        rows = [
+            ("q_proj", "mixer", h, q_width, "width", L.qkv_bias),
+            ("k_proj", "mixer", h, kv * d, "width", L.qkv_bias),
+            ("v_proj", "mixer", h, kv * dv, "width", L.qkv_bias),
+        ]
+    rows.append(("o_proj", "mixer", a * dv, h, "seq", L.o_bias or impl.qkv == "fused_views"))
+    f = L.intermediate_size
+    if L.mlp == "gated":
+        if impl.qkv == "fused_v_view":
+            rows.append(("gate_up_proj", "mlp", h, 2 * f, "width", L.mlp_bias))
+        else:
+            rows += [("gate_proj", "mlp", h, f, "width", L.mlp_bias), ("up_proj", "mlp", h, f, "width", L.mlp_bias)]
+    else:
+        rows.append(("c_fc", "mlp", h, f, "width", L.mlp_bias or impl.qkv == "fused_views"))
+    rows.append(("down_proj", "mlp", f, h, "seq", L.mlp_bias or impl.qkv == "fused_views"))
+    out, count = [], 0
+    for name, part, n_in, n_out, split, bias in rows:
+        kept = True
+        if not bias:
+            count += 1
+            kept = count % 2 == 1
+        out.append((name, part, n_in, n_out, split, kept))
+    return out
+
+
+def _op_saved(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: str) -> list[_Saved]:
+    """What torchtitan's op-level selective activation checkpointing keeps of one decoder layer (``"op"``): the
+    block's input (the checkpoint's), the outputs of the projections ``op_projections`` keeps, and the attention
+    kernel's outputs (its output and fp32 logsumexp, the SDPA kernels being on the save list); everything else is
+    recomputed in the backward. Only SDPA attention is priced."""
+    if attention != "sdpa":
+        raise ValueError("recompute='op' is priced with SDPA attention only")
+    T = s * b
+    a, dv = L.num_heads, L.v_head_dim or L.head_dim
+    projections = op_projections(L, h, impl)
+    out = [_Saved("layer input (kept by the layer checkpoint)", "layer", 2 * T * h, "seq")]
+    for name, part, _n_in, n_out, split, kept in projections:
+        if name == "o_proj":  # the attention kernel runs between the q/k/v projections and o_proj
+            out.append(_Saved("sdpa: output (saved op)", "mixer", 2 * T * a * dv, "width"))
+            out.append(_Saved("sdpa: logsumexp (fp32, saved op)", "mixer", 4 * T * a, "width"))
+        if kept:
+            out.append(_Saved(f"{name} output (saved op)", part, 2 * T * n_out, split))
+    return out
+
+
 def _layer_saved(
     L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: str, recompute: str, device: str
 ) -> list[_Saved]:
     T = s * b
     if recompute == "full":
         return [_Saved("layer input (kept by the layer checkpoint)", "layer", 2 * T * h, "seq")]
+    if recompute == "op":
+        return _op_saved(L, h, s, b, impl, attention)
     names = ("ln_1", "ln_2") if impl.norm == "layernorm" else NORM_NAMES.get(L.norm_position, ())
     if len(names) != L.norms_per_layer:
         raise ValueError(f"norms_per_layer={L.norms_per_layer} does not fit norm_position={L.norm_position!r}")
@@ -1156,7 +1222,10 @@ def _stage_parts(
     return {
         "layers": in_layers,
         "first_layer": one(layers[0], recompute),
-        "recomputed": max(one(i, "none") for i in layers) if recompute == "full" else 0.0,
+        # what a layer's backward rebuilds: all it would save (full), or all but the kept ops' outputs (op)
+        "recomputed": max(one(i, "none") for i in layers)
+        if recompute == "full"
+        else (max(one(i, "none") - one(i, "op") for i in layers) if recompute == "op" else 0.0),
         "before": _shared_masks(spec, layers, seq, batch, recompute, tp, sp, device)
         + (sum(part.get(p, 0.0) for p in _FIRST_PARTS) if first else 0.0),
         "head": part.get("final_norm", 0.0) + part.get("head", 0.0) if last else 0.0,

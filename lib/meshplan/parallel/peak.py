@@ -446,7 +446,8 @@ class Headroom:
         if self.peak_allocated <= room:
             slack = room / self.peak_allocated - 1
             return f"fits only if the allocator reserves under {slack * 100:.1f} % more"
-        return f"does not fit: {(self.peak_allocated - room) / 1e9:.1f} GB over before the allocator's reserve"
+        over = f"does not fit: {(self.peak_allocated - room) / 1e9:.1f} GB over"
+        return over + (" before the allocator's reserve" if self.reserved_ratio > 1 else "")
 
 
 def outside_allocator(communicators: int) -> float:

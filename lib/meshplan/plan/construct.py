@@ -51,6 +51,7 @@ MAX_MICRO_BATCH_SIZE = 2**16
 MAX_MICRO_BATCHES = 2**20
 MAX_VIRTUAL_STAGES = 2**10
 MAX_GLOBAL_BATCH = MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS
+OP_RECOMPUTE = "op"  # torchtitan's SelectiveAC (op-level): priced by the engine activation ledger, fsdp2 only
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,8 @@ class Plan:
         hardware: the machine.
         accounting: the bookkeeping convention (``accounting.LAB`` by default).
         zero: ZeRO stage 0–3 over the data-parallel ranks.
-        recompute: ``"none"``, ``"selective"`` or ``"full"``.
+        recompute: ``"none"``, ``"selective"`` or ``"full"``; ``"op"`` (torchtitan's op-level selective checkpointing,
+            ``engine_activations``) in the fsdp2 ledger only.
         sp: sequence parallel; ``None`` means on whenever tp > 1.
         virtual_stages: v (interleaved schedule when > 1).
         layers_per_stage: ``None`` (pp × v must divide the layers) or the layers of each pipeline rank, first to
@@ -288,7 +290,15 @@ class Plan:
         # its own choices
         check_count("virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES, PlanError)
         check_zero(self.zero, PlanError)
-        check_choice("recompute", self.recompute, act.RECOMPUTE_MODES, PlanError)
+        if self.recompute == OP_RECOMPUTE:  # torchtitan's op-level selective checkpointing: the fsdp2 ledger only
+            if self.accounting.name != "fsdp2":
+                raise PlanError(
+                    f"recompute='op' is torchtitan's op-level selective activation checkpointing; the "
+                    f"{self.accounting.name} ledger has no such mode (its modes: {', '.join(act.RECOMPUTE_MODES)})",
+                    "recompute",
+                )
+        else:
+            check_choice("recompute", self.recompute, act.RECOMPUTE_MODES, PlanError)
         if self.stage_balance not in ("even", "max"):
             raise PlanError(f"stage_balance={self.stage_balance!r} must be 'even' or 'max'", "stage_balance")
         if self.sp is not None and not isinstance(self.sp, bool):

@@ -79,6 +79,18 @@ def _links(dims: ParallelDims, gpus_per_node: int) -> tuple[tuple[str, str | Non
     return tuple((k, mesh.link(k)) for k in TRAFFIC)
 
 
+def lab_per_layer(plan: Plan) -> float:
+    """The lab page's activation bytes of one layer for ``plan`` (Korthikanti's GPT layer); 0 for the engine ledgers,
+    which count each layer by its type (``engine_activations``)."""
+    if plan.accounting.activations != "korthikanti":
+        return 0.0
+    m = plan.model
+    return act.activation_bytes_per_layer(
+        plan.seq, plan.micro_batch_size, m.hidden_size, m.num_attention_heads, plan.tp, plan.recompute,
+        plan.sequence_parallel,
+    )  # fmt: skip
+
+
 def _stage_activations(plan: Plan, stage: Stage, per_layer_lab: float) -> float:
     """Activation bytes per GPU of one pipeline stage: its layers × its in-flight micro-batches (× the interleave
     factor), per layer by the plan's ledger (Korthikanti's GPT layer for the lab's, ``engine_activations`` per layer
@@ -108,10 +120,11 @@ def _stage_states(plan: Plan, stage: Stage) -> dict[str, float]:
     """Model-state bytes per GPU of one pipeline stage, by term: its dense parameters ÷ t and its routed experts
     ÷ (expert TP × EP), each through ``zero.model_states_terms`` over the group its ZeRO stage shards across."""
     d, bpp = plan.dims, plan.accounting.bytes_per_param
-    terms = model_states_terms(stage.dense_params / d.tp, plan.zero, d.shard_group, bpp)
+    zero = plan.accounting.shard_stage(plan.zero)
+    terms = model_states_terms(stage.dense_params / d.tp, zero, d.shard_group, bpp)
     if stage.expert_params:
         expert_group = d.expert_dp if (d.ep > 1 or d.etp != d.tp) else d.shard_group
-        for k, x in model_states_terms(stage.expert_params / (d.etp * d.ep), plan.zero, expert_group, bpp).items():
+        for k, x in model_states_terms(stage.expert_params / (d.etp * d.ep), zero, expert_group, bpp).items():
             terms[k] += x
     extra = plan.accounting.unsharded_bytes_per_param(plan.zero, d.pp)
     if extra:
@@ -337,9 +350,7 @@ def evaluate(plan: Plan) -> Report:
     s, b, h, mb, v = plan.seq, plan.micro_batch_size, m.hidden_size, plan.micro_batches, plan.virtual_stages
 
     # ---- memory: the most-loaded stage (its own states plus its own activations)
-    per_layer = act.activation_bytes_per_layer(
-        s, b, h, m.num_attention_heads, t, plan.recompute, plan.sequence_parallel
-    )
+    per_layer = lab_per_layer(plan)
     per_stage = _stage_memory(plan, per_layer)
     totals = [sum(terms.values()) + activ for terms, activ in per_stage]
     by_stage = []

@@ -185,6 +185,9 @@ class Accounting:
             type, what autograd saves, priced for a GPU: SDPA attention, no s² scores).
         kv_replication: whether tp may exceed the KV heads (each replicated on tp/kv ranks, the lab's allowance);
             the engines split KV heads evenly over the TP ranks and refuse it.
+        sharding_stage: ZeRO stage → the stage whose terms it shards (``zero.STAGE_SHARDS``), where the engine
+            shards more than the ZeRO paper's stage: FSDP2 without resharding after forward (the plan's ZeRO-2) still
+            shards its fp32 parameters, as at ZeRO-3, and holds the bf16 copy unsharded beside them.
         sources: choice → where it comes from.
     """
 
@@ -200,6 +203,7 @@ class Accounting:
     unsharded_with_pp_bytes: int = 0
     activations: str = "korthikanti"
     kv_replication: bool = True
+    sharding_stage: Mapping[int, int] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -240,6 +244,10 @@ class Accounting:
         if pp > 1 and self.sync_with_pp is not None:
             return self.sync_with_pp[zero]
         return self.sync[zero]
+
+    def shard_stage(self, zero: int) -> int:
+        """The ZeRO stage whose terms this engine shards at the plan's stage ``zero`` (``sharding_stage``)."""
+        return self.sharding_stage.get(zero, zero)
 
     def pp_send_divided(self, sequence_parallel: bool) -> bool:
         """Whether each TP rank sends 1/t of the activation between pipeline stages."""
@@ -365,7 +373,11 @@ FSDP2 = Accounting(
     unsharded_with_pp_bytes=6,
     activations="engine",
     kv_replication=False,
+    sharding_stage={2: 3},
     sources={
+        "sharding_stage": _TORCH + "torch/distributed/fsdp/_fully_shard/_fully_shard.py#L114-L121 and #L180-L196: "
+        "fully_shard always shards the parameters (the fp32 master) over the mesh; reshard_after_forward=False only "
+        "keeps the gathered bf16 copy from forward to backward",
         "bytes_per_param": _TORCH + "torch/distributed/fsdp/_fully_shard/_fully_shard.py#L114-L121: fp32 sharded "
         "parameters (the master), fp32 sharded gradients, fp32 Adam: 4 + 4 + 8 per parameter",
         "sync": _TITAN + "torchtitan/config/job_config.py#L207-L211 (mixed_precision_reduce fp32), train.py#L494-L497 "

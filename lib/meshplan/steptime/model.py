@@ -345,6 +345,15 @@ def micro_batch(
     return _micro_batch(report, p.stages[stage], ex, cal)
 
 
+def _op_share(m, layers: range, recompute: str) -> float:
+    """The share of a stage's projection FLOP that torchtitan's op-level checkpointing recomputes (0 otherwise)."""
+    if recompute != "op" or not m.layers:
+        return 0.0
+    specs = [m.layers[i] for i in layers]
+    total = sum(L.params - L.expert_params for L in specs)
+    return sum(compute.op_recomputed_params(L, m) for L in specs) / total if total else 0.0
+
+
 def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
     p, m, hw, d = report.plan, report.plan.model, report.plan.hardware, report.plan.dims
     t, c, e, s, b, h = d.tp, d.cp, d.ep, p.seq, p.micro_batch_size, m.hidden_size
@@ -360,7 +369,9 @@ def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> 
     # every micro-batch at HBM bandwidth, whichever is longer (the routed experts apart: few tokens reach each)
     tokens = s * b
     head = compute.head_params(m) if st.index == p.pp - 1 else 0.0
-    passes = 1 + compute.BACKWARD_PER_FORWARD + (1 if p.recompute == "full" else 0)  # forwards' worth of FLOP
+    # forwards' worth of FLOP: full recompute one more forward; torchtitan's op-level checkpointing the share of the
+    # projections it recomputes (every second mm, ``compute.op_recomputed_params``)
+    passes = 1 + compute.BACKWARD_PER_FORWARD + (1 if p.recompute == "full" else _op_share(m, layers, p.recompute))
     weight_bytes = (
         WEIGHT_READS_PER_MICRO_BATCH * ACT_BYTES
         + 2 * p.accounting.bytes_per_param.grads
@@ -383,12 +394,12 @@ def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> 
     softmax_f = work.span(work.softmax, layers) * b / split / attn_rate
     linear_f = work.span(work.linear, layers) * b / split / rate
     softmax_b = (FLASH_BACKWARD_PER_FORWARD if flash else compute.BACKWARD_PER_FORWARD) * softmax_f
-    extra = {"full": softmax_f + linear_f, "selective": softmax_f, "none": 0.0}[p.recompute]
+    extra = {"full": softmax_f + linear_f, "selective": softmax_f, "none": 0.0, "op": 0.0}[p.recompute]
     # ---- memory-bound element-wise work: hbm_passes × the activations a layer stores, a third in the forward
     kernel = "selective" if flash else "none"
     stored = activation_bytes_per_layer(s // c, b, h, m.num_attention_heads, t, kernel, p.sequence_parallel) * n
     mem = cal.hbm_passes * stored / _hbm(hw)
-    mem_extra = mem / 3 if p.recompute == "full" else 0.0
+    mem_extra = mem / 3 if p.recompute in ("full", "op") else 0.0  # op recomputes every element-wise op
     forward = gemm_f + softmax_f + linear_f + mem / 3
     backward = (gemm - gemm_f) + compute.BACKWARD_PER_FORWARD * linear_f + softmax_b + extra + 2 * mem / 3 + mem_extra
     attention_pass = softmax_f
