@@ -143,7 +143,7 @@ def test_cp_keeps_the_llama3_pipelines_busy(llama):
         if plan.cp > 1:
             assert (f"{st.cp_s:.2f} s", fmt_pct(st.cp_s / st.total_s)) == ("0.78 s", "6.1 %")
     assert got == {
-        16: (8, 16, 7, "13.4 %", "12.8 s", "45.7 %"),
+        16: (8, 16, 7, "13.4 %", "12.8 s", "45.8 %"),
         1: (128, 1, 1, "1,500.0 %", "164.2 s", "3.6 %"),
     }
 

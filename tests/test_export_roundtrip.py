@@ -212,6 +212,7 @@ def torchtitan_plan_kwargs(text: str, model: str) -> dict:
     mode = ac.get("mode", "selective")
     if mode == "selective":
         assert ac.get("selective_ac_option", "2") == "op", "every-nth-block full recompute is not a plan's mode"
+
     return {
         "gpus": dp * tp * pp * cp,
         "tp": tp,
@@ -231,10 +232,25 @@ def torchtitan_plan_kwargs(text: str, model: str) -> dict:
     }
 
 
+def _op_priced(model) -> bool:
+    from meshplan.parallel.engine_activations import op_projections, spec_implementation
+
+    try:
+        for L in model.layers:
+            op_projections(L, model.hidden_size, spec_implementation(model))
+    except ValueError:
+        return False
+    return True
+
+
 def read_back(text: str, fmt: str, plan: Plan, ledger: str | None) -> Plan:
     """The plan an export ``text`` describes, with what no engine setting says taken from ``plan``."""
     body = text.split("\n", 1)[1]
     kw = (megatron_plan_kwargs if fmt == "megatron" else torchtitan_plan_kwargs)(body, KEYS[plan.model.name])
+    if fmt == "torchtitan" and kw["recompute"] == "selective" and _op_priced(plan.model):
+        # torchtitan's selective is op-level: the ledger prices it so where it can (dense attention layers), and as
+        # Megatron's core-attention recompute where it cannot (the export's note says which)
+        kw["recompute"] = "op"
     return Plan.create(
         plan.model,
         hardware=plan.hardware,

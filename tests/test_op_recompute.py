@@ -57,8 +57,13 @@ def test_moe_and_mla_layers_are_refused_not_guessed():
 
 
 def test_it_costs_between_no_recompute_and_full():
-    kw = {"gpus": 8, "zero": 3, "seq": 8192, "accounting": "fsdp2", "hardware": "h100-sxm-80gb"}
-    r = {rc: evaluate(Plan.create("llama-3.1-8b", recompute=rc, **kw)) for rc in ("none", "op", "full")}
+    r = {
+        rc: evaluate(
+            Plan.create("llama-3.1-8b", gpus=8, zero=3, seq=8192, accounting="fsdp2", hardware="h100-sxm-80gb",
+                        recompute=rc)
+        )
+        for rc in ("none", "op", "full")
+    }  # fmt: skip
     peaks = [r[x].memory_bytes["peak_allocated"] for x in ("full", "op", "none")]
     times = [step_time(r[x]).total_s for x in ("none", "op", "full")]
     assert peaks == sorted(peaks) and times == sorted(times)

@@ -139,7 +139,7 @@ def _plan(row: Mapping[str, Any]) -> Plan:
     memory = None if preset else float(row["hardware"]["memory_gb"]) * 1e9
     rc = row["recompute"]["granularity"]
     assumed = row.get("defaults_assumed") or {}  # torchtitan's defaults where the benchmark did not say
-    b = row.get("micro_batch_size") or assumed.get("micro_batch_size")
+    b = int(row.get("micro_batch_size") or assumed.get("micro_batch_size") or 1)
     v = mesh.get("virtual_stages") or assumed.get("virtual_stages") or 1
     if "interleaved" in str(row.get("pipeline_schedule") or "").lower() and v == 1:
         v = 2

@@ -671,6 +671,11 @@ def op_projections(L: LayerSpec, h: int, impl: Implementation) -> list[tuple[str
             f"recompute='op' (torchtitan's op-level selective checkpointing) is priced for attention layers with a "
             f"dense MLP, not yet for {what}"
         )
+    if not impl.sdpa:
+        raise ValueError(
+            f"recompute='op' (torchtitan's op-level selective checkpointing) is priced with SDPA attention; "
+            f"{impl.family} runs eager attention in transformers"
+        )
     a, kv, d, dv = L.num_heads, L.num_kv_heads, L.head_dim, L.v_head_dim or L.head_dim
     q_width = a * d * (2 if L.output_gate else 1)
     if impl.qkv == "fused_v_view":

@@ -60,7 +60,7 @@ class Report:
     collectives: Mapping[str, tuple[Collective, ...]] = field(default_factory=dict)
     by_stage: tuple[StagePeak, ...] = ()
     peak_stage: int = 0
-    headroom: Headroom | None = None
+    headroom: Headroom = field(default_factory=lambda: Headroom(0.0, 1.0, 0.0, 1.0))  # evaluate sets the plan's
     memory_floor: float = 0.0
     stage_totals: tuple[float, ...] = ()
 
