@@ -314,7 +314,7 @@ def test_placement_in_the_search(found8):
     # two sequences per micro-batch: its peak does not fit under Megatron-LM's reserve, so there is nothing to place
     with pytest.raises(
         ValueError,
-        match=r"^does not fit: 70\.5 GB allocated at its peak \(backward of the last layer, stage 1 of 2\): "
+        match=r"^70\.5 GB allocated at its peak \(backward of the last layer, stage 1 of 2\): "
         r"fits only if the allocator reserves under 9\.7 % more$",
     ):
         design.placement(cp2.replace(micro_batch_size=2, global_batch=64), found8["megatron"])

@@ -229,7 +229,7 @@ def placement(plan: Plan, result: SearchResult) -> Placement:
         return Placement(times[i], 1 + bisect_right(times, times[i] * (1 - 1e-12)), ties[i], True)
     r = evaluate(plan)
     if not r.fits:
-        raise ValueError(f"does not fit: {peak_reason(r) if r.plan.accounting.name != 'lab' else memory_reason(r)}")
+        raise ValueError(peak_reason(r) if r.plan.accounting.name != "lab" else f"does not fit: {memory_reason(r)}")
     t = step_time(r, result.execution).total_s
     pos = bisect_right(times, t)
     ranks = tied_ranks([*times[:pos], t, *times[pos:]], result.band)
