@@ -8,9 +8,10 @@ GPT config as the nearest family the ledger counts), its mesh, ZeRO stage, recom
 and compares the ledger's peak of the kind the source measured (allocated, or reserved) with the measurement.
 
 A row is priced only when the ledger has what the run used. It is *not priced*, and says why, when the run used
-something the ledger does not model yet: torchtitan's op-level selective recompute (the ledger's ``selective`` is
-Megatron's core-attention recompute), grouped-query attention in a GPT (LayerNorm, GELU, learned positions) config,
-multi-head latent attention or an MoE layout given only as Megatron flags. What the ledger prices but the run did
+something the ledger does not model yet: Megatron's ``--recompute-modules``, torchtitan's op-level selective
+recompute of MoE or MLA layers (priced for dense attention layers, ``recompute="op"``), a Megatron GPT config no
+counted family has (grouped-query attention with LayerNorm, GELU and learned positions), or an MoE/MLA layout given
+only as Megatron flags. What the ledger prices but the run did
 differently is listed in ``differs`` (Transformer Engine's fused kernels save less than ``transformers``' modules, FP8
 keeps other copies, ``torch.compile`` fuses and frees early): those rows are priced, and their error is what the
 difference costs.
@@ -97,8 +98,12 @@ def _gpt_config(c: Mapping[str, Any]) -> dict[str, Any] | None:
 def _why_not(row: Mapping[str, Any]) -> str:
     rc = row["recompute"]
     c = row["model"].get("config") or {}
-    if rc["granularity"] == "selective" and rc.get("method") == "op":
-        return "torchtitan's op-level selective recompute is not in the ledger yet"
+    name = row["model"].get("file")
+    if name:
+        try:
+            load_model(name)
+        except ValueError:
+            return f"its model, {name}, is not a config the library ships"
     if rc["granularity"] == "selective" and rc.get("modules"):
         return "Megatron's --recompute-modules are not in the ledger yet"
     if c.get("num_experts") or "moe" in row["id"] or "mla" in row["id"]:
@@ -138,6 +143,8 @@ def _plan(row: Mapping[str, Any]) -> Plan:
     hw = load_hardware(preset or "h100-sxm-80gb")
     memory = None if preset else float(row["hardware"]["memory_gb"]) * 1e9
     rc = row["recompute"]["granularity"]
+    # torchtitan's selective is op-level (recompute="op"); Megatron's is the attention core ("selective")
+    recompute = "op" if (rc == "selective" and row["recompute"].get("method") == "op") else rc
     assumed = row.get("defaults_assumed") or {}  # torchtitan's defaults where the benchmark did not say
     b = int(row.get("micro_batch_size") or assumed.get("micro_batch_size") or 1)
     v = mesh.get("virtual_stages") or assumed.get("virtual_stages") or 1
@@ -145,7 +152,7 @@ def _plan(row: Mapping[str, Any]) -> Plan:
         v = 2
     return Plan.create(
         spec, gpus=row["gpus"], tp=mesh["tp"], cp=mesh["cp"] or 1, pp=mesh["pp"], dp=mesh["dp"], ep=mesh["ep"] or 1,
-        zero=zero, recompute=rc if rc in ("none", "full", "selective") else "none", seq=row["seq"],
+        zero=zero, recompute=recompute, seq=row["seq"],
         micro_batch_size=b, global_batch=row["global_batch"], accounting=engine,
         hardware=hw, gpu_memory_bytes=memory, virtual_stages=v,
         sp=bool(row.get("sequence_parallel")) if mesh["tp"] > 1 else False, uneven_stages=True,

@@ -189,14 +189,17 @@ def _stage_widths(
 
 
 @lru_cache(maxsize=1024)
-def _unit_params(m: ModelSpec) -> tuple[float, float]:
+def _unit_params(m: ModelSpec) -> tuple[float, float, int]:
     """Parameters of the output unit (final norm + lm_head; with tied embeddings, the embedding too: torchtitan's
     ``apply_fsdp_to_decoder`` groups them, ``torchtitan/distributed/fsdp.py`` in torchtitan 0.3.0) and of the
-    embedding's own unit (0 when tied)."""
+    embedding's own unit (0 when tied), and the most routed experts a layer has."""
     comp = m.params.components
     tied = m.tie_word_embeddings
-    return comp.get("head", 0) + (comp.get("embedding", 0) if tied else 0) + m.hidden_size, (
-        0 if tied else comp.get("embedding", 0)
+    experts = max((L.num_experts for L in m.layers), default=0)
+    return (
+        comp.get("head", 0) + (comp.get("embedding", 0) if tied else 0) + m.hidden_size,
+        0 if tied else comp.get("embedding", 0),
+        experts,
     )
 
 
@@ -224,11 +227,11 @@ def _stage_step(plan: Plan, stage: Stage, states: dict[str, float], saved: float
     else:
         parts = dict.fromkeys(("layers", "first_layer", "recomputed", "before", "head", "loss"), 0.0)
     f, tokens_mlp, wgrad, wgrads, gated, per_layer = _stage_widths(m, stage.layers, t, d.etp, d.ep, T)
-    experts = max((L.num_experts for L in m.layers), default=0) if m.layers else 0
     fsdp2 = plan.accounting.name == "fsdp2"
+    experts = _unit_params(m)[2] if fsdp2 else 0
     if per_layer is None:
         per_layer = stage.dense_params / max(stage.num_layers, 1) / t
-    head, embed = _unit_params(m)
+    head, embed, _ = _unit_params(m)
     head, embed = head / t, embed / t
     micro = parts["layers"] + parts["before"] + parts["head"] + parts["loss"]
     return StageStep(
