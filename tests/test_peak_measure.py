@@ -276,4 +276,3 @@ def test_the_fsdp2_ledgers_peak_is_the_trackers(name):
     priced = {**terms, "activations and temporaries": terms["activations"] + terms["temporaries"]}
     for k, want in measured.items():
         assert abs(priced[k] - want) <= max(0.03 * want, 0.005 * m.total), (name, k, priced[k], want)
-
