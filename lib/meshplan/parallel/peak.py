@@ -119,6 +119,14 @@ class Moment:
             raise ValueError(f"{unknown} are not moment terms ({', '.join(MOMENT_TERMS)})")
         return cls(name, tuple(float(terms.get(k, 0.0)) for k in MOMENT_TERMS))
 
+    @classmethod
+    def trusted(cls, name: str, values: tuple[float, ...]) -> Moment:
+        """A moment from values already in ``MOMENT_TERMS``' order (no check: the report's inner loop)."""
+        m = object.__new__(cls)
+        object.__setattr__(m, "name", name)
+        object.__setattr__(m, "values", values)
+        return m
+
     @property
     def terms(self) -> dict[str, float]:
         return dict(zip(MOMENT_TERMS, self.values, strict=True))

@@ -203,6 +203,21 @@ def _unit_params(m: ModelSpec) -> tuple[float, float, int]:
     )
 
 
+_ACT = MOMENT_TERMS.index("activations")
+
+
+def _with_saved(moments: tuple[Moment, ...], saved: float) -> tuple[Moment, ...]:
+    """A stage's moments priced with no saved activations, with ``saved`` (its in-flight saved bytes) added where
+    the step holds them: every moment but the optimizer step (``parallel.peak.step_moments``)."""
+    a = _ACT
+    return tuple(
+        m
+        if m.name == "optimizer step"
+        else Moment.trusted(m.name, (*m.values[:a], m.values[a] + saved, *m.values[a + 1 :]))
+        for m in moments
+    )
+
+
 def _lab_terms(states: dict[str, float]) -> dict[str, float]:
     out = dict.fromkeys(MOMENT_TERMS, 0.0)
     for k, v in states.items():
@@ -370,13 +385,12 @@ def evaluate(plan: Plan) -> Report:
                 st_.num_layers,
                 st_.dense_params,
                 st_.expert_params,
-                activ_,
                 st_.moe_layers,
                 tuple(terms_.values()),
             )
-            if key not in seen:
-                seen[key] = step_moments(_stage_step(plan, st_, terms_, activ_))
-            moments = seen[key]
+            if key not in seen:  # every moment but the optimizer step holds the in-flight saved bytes: price once
+                seen[key] = step_moments(_stage_step(plan, st_, terms_, 0.0))
+            moments = _with_saved(seen[key], activ_)
         by_stage.append(StagePeak(st_.index, moments, peak_moment(moments)))
     k_peak = max(range(p), key=lambda k: (by_stage[k].peak.total, -k))
     k_mem = max(range(p), key=lambda k: (totals[k], -k))
