@@ -34,7 +34,7 @@ from meshplan.spec.accounting import get_accounting
 from meshplan.spec.hardware import load_hardware
 from meshplan.spec.model import load_model, model_from_config
 
-__all__ = ["PeakRow", "peak_rows", "published_rows"]
+__all__ = ["PeakRow", "peak_rows", "plan_for", "published_rows"]
 
 
 @cache
@@ -132,7 +132,9 @@ def _differs(row: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _plan(row: Mapping[str, Any]) -> Plan:
+def plan_for(row: Mapping[str, Any]) -> Plan:
+    """The plan a published row describes, in its engine's ledger and stage layout, on its GPU (ValueError when the
+    library refuses it)."""
     m = row["model"]
     spec = load_model(m["file"]) if m.get("file") else model_from_config(_gpt_config(m["config"]) or {}, row["id"])
     mesh = row["mesh"]
@@ -173,7 +175,7 @@ def peak_rows() -> list[PeakRow]:
         verdict = ""
         if not why:
             try:
-                r = evaluate(_plan(row))
+                r = evaluate(plan_for(row))
             except ValueError as exc:
                 why = f"the library refuses the plan: {exc}"
             else:

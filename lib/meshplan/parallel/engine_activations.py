@@ -1064,23 +1064,8 @@ def _model_parts(
 ) -> tuple[float, float]:
     """(bytes the first stage keeps outside its layers, bytes the last stage keeps) for one micro-batch, less the
     shared masks (``_shared_masks``: every stage keeps its own)."""
-    impl = spec_implementation(spec)
-    terms = model_level_terms(
-        spec.layers,
-        spec.hidden_size,
-        spec.vocab_size,
-        s,
-        b,
-        family=impl,
-        attention="sdpa" if impl.sdpa else "eager",
-        recompute=recompute,
-        tp=tp,
-        sp=sp,
-        device=device,
-    )
-    first = sum(t.nbytes for t in terms if t.part in _FIRST_PARTS)
-    last = sum(t.nbytes for t in terms if t.part in _LAST_PARTS)
-    return first, last
+    part = _model_level_parts(spec, s, b, recompute, tp, sp, device)
+    return sum(part.get(p, 0.0) for p in _FIRST_PARTS), sum(part.get(p, 0.0) for p in _LAST_PARTS)
 
 
 def spec_implementation(spec: ModelSpec) -> Implementation:

@@ -237,6 +237,37 @@ def layer_backward_work(s: StageStep) -> float:
     return 2 * s.tokens * s.hidden + max(at_activation, s.mlp_weight_grads)
 
 
+# bytes per logit (T·V' of them) of the loss's working copies over what it saves (module docstring): transformers'
+# ForCausalLMLoss (fsdp2 and deepspeed run transformers models) 6 in forward (bf16 logits and their fp32 copy) and 8
+# in backward (the fp32 gradients of log_softmax's output and input, measured to the byte by FSDPMemTracker); torch's
+# loss_parallel under TP 10 and 12 (measured with the tracker); Megatron-LM's in-place vocab-parallel cross-entropy 2
+# and 2 (the bf16 logits; the bf16 cast of the gradient written into the saved softmax)
+LOSS_BYTES_PER_LOGIT = {
+    ("transformers", "forward"): 6,
+    ("transformers", "backward"): 8,
+    ("loss_parallel", "forward"): 10,
+    ("loss_parallel", "backward"): 12,
+    ("megatron", "forward"): 2,
+    ("megatron", "backward"): 2,
+}
+
+
+def loss_working_bytes(tokens: float, vocab: float, engine: str, phase: str, loss_parallel: bool = False) -> float:
+    """Bytes the loss allocates beyond what it saves, at its ``phase`` (``"forward"`` or ``"backward"``), for
+    ``tokens`` tokens and ``vocab`` vocabulary entries on this GPU, as ``engine`` computes it
+    (``LOSS_BYTES_PER_LOGIT``).
+
+        >>> loss_working_bytes(8192, 128256, "fsdp2", "backward") / 1e9   # transformers' cross-entropy
+        8.405385216
+    """
+    if phase not in ("forward", "backward"):
+        raise ValueError(f"phase={phase!r} must be 'forward' or 'backward'")
+    if engine not in ENGINES or engine == "lab":
+        raise ValueError(f"engine={engine!r} must be one of megatron, fsdp2, deepspeed")
+    kind = "megatron" if engine == "megatron" else ("loss_parallel" if loss_parallel else "transformers")
+    return LOSS_BYTES_PER_LOGIT[kind, phase] * tokens * vocab
+
+
 def step_moments(s: StageStep) -> tuple[Moment, ...]:
     """The moments of one step of stage ``s`` on one GPU, in step order (module docstring).
 
@@ -265,9 +296,8 @@ def step_moments(s: StageStep) -> tuple[Moment, ...]:
         # the embedding's below the first layer), or its own when FSDP2 keeps it (``gather_kept``)
         ag_top = unit if (s.layers > 1 or s.gather_kept) else embed
         ag_bottom = unit if s.gather_kept else embed
-        # torch's loss_parallel (measured with the tracker): the logits' forward working copies take 10·T·V' over
-        # what is saved, its backward 12·T·V', against transformers' 6 and 8 without TP
-        loss_fwd, loss_bwd = (10, 12) if s.loss_parallel else (6, 8)
+        loss_fwd = loss_working_bytes(s.tokens, s.vocab, "fsdp2", "forward", s.loss_parallel) / TV if TV else 0.0
+        loss_bwd = loss_working_bytes(s.tokens, s.vocab, "fsdp2", "backward", s.loss_parallel) / TV if TV else 0.0
         if s.last:
             out.append(
                 _moment(
@@ -316,8 +346,9 @@ def step_moments(s: StageStep) -> tuple[Moment, ...]:
 
     if s.engine == "megatron":
         if s.last:
-            out.append(_moment("loss forward", base, activations=s.saved, temporaries=2 * TV))
-            out.append(_moment("loss backward", base, activations=s.saved, temporaries=2 * TV))
+            for phase in ("forward", "backward"):
+                logits = loss_working_bytes(s.tokens, s.vocab, "megatron", phase)
+                out.append(_moment(f"loss {phase}", base, activations=s.saved, temporaries=logits))
         gathered = 2 * s.layer_weights if s.zero == 3 else 0.0  # Megatron-FSDP: this layer's and the prefetched
         out.append(
             _moment(
@@ -345,7 +376,8 @@ def step_moments(s: StageStep) -> tuple[Moment, ...]:
     live = min(s.bucket_bytes, s.layers * s.layer_weights) if s.zero == 3 else 0.0
     bucket = s.bucket_bytes if s.zero in (1, 2) else 0.0
     if s.last:
-        out.append(_moment("loss forward", base, unsharded_parameters=live, activations=s.saved, temporaries=6 * TV))
+        fwd = loss_working_bytes(s.tokens, s.vocab, "deepspeed", "forward")
+        out.append(_moment("loss forward", base, unsharded_parameters=live, activations=s.saved, temporaries=fwd))
         out.append(
             _moment(
                 "loss backward",
@@ -353,7 +385,7 @@ def step_moments(s: StageStep) -> tuple[Moment, ...]:
                 unsharded_parameters=live,
                 reduce_scatter_buffers=bucket,
                 activations=s.saved,
-                temporaries=8 * TV,
+                temporaries=loss_working_bytes(s.tokens, s.vocab, "deepspeed", "backward"),
             )
         )
     out.append(
