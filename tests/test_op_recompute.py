@@ -79,3 +79,28 @@ def test_torchtitan_exports_and_prices_its_selective_as_op():
     assert "priced as recompute='op'" in text
     op = Plan.create("llama-3.1-8b", gpus=8, zero=3, recompute="op", accounting="fsdp2")
     assert export_text(op, "torchtitan").splitlines()[0] == text.splitlines()[0]  # the same price
+
+
+@pytest.mark.parametrize(
+    ("model", "ledger", "why"),
+    [
+        ("qwen3.8-27b", "fsdp2", "not yet for linear_attention layers"),
+        ("qwen3-30b-a3b", "fsdp2", "not yet for layers with routed experts"),
+        ("qwen3-8b", "megatron", "the megatron ledger has no such mode"),
+    ],
+)
+def test_a_search_rejects_a_refused_op_mode_by_name_and_prices_the_others(model, ledger, why):
+    """A plan refuses 'op' for a model or ledger it is not priced for, before any rule of the mesh; a search given
+    it among its modes rejects those plans under "plan" with that message (it raised the PlanError before) and
+    prices the other modes as it would without it, pruned or not."""
+    from meshplan.search import search
+
+    kw = {"gpus": 8, "seq": 4096, "global_batch": 8, "hardware": "h100-sxm-80gb", "accounting": ledger}
+    got = search(model, recompute=("none", "op", "full"), **kw)
+    assert got == search(model, recompute=("none", "op", "full"), _prune=False, **kw)
+    op = [r for r in got.rejected if r.settings["recompute"] == "op"]
+    assert any(why in r.message for r in op)
+    assert all(why in r.message for r in op if r.constraint in ("plan", "memory"))  # none reaches memory
+    assert not any(c.plan.recompute == "op" for c in got.ranked)
+    without = search(model, recompute=("none", "full"), **kw)
+    assert [c.plan for c in got.ranked] == [c.plan for c in without.ranked]

@@ -61,7 +61,7 @@ from meshplan.core.validation import (
 )
 from meshplan.parallel.activations import RECOMPUTE_MODES
 from meshplan.plan import Plan, Report, Workload, evaluate
-from meshplan.plan.construct import MAX_GLOBAL_BATCH, OP_RECOMPUTE
+from meshplan.plan.construct import MAX_GLOBAL_BATCH, OP_RECOMPUTE, recompute_refusal
 from meshplan.plan.evaluation import (
     _stage_activations,
     _stage_states,
@@ -372,8 +372,9 @@ class _Pricer:
     the same kept plans with the same reports and step times, the same rejections with the same messages, in the
     same order. Why:
 
-    (1) ``Plan.__post_init__`` reads the recompute mode only to check that it is one (``search`` has checked that),
-        and EP only to check that it divides the experts and that a dense model has none (``search``'s EP sizes are
+    (1) ``Plan.__post_init__`` reads the recompute mode only to check that the ledger and the model take it
+        (``construct.recompute_refusal``, which reads neither the mesh nor the workload, and which the plan checks
+        before anything they could fail: asked once per mode, a refused mode is rejected with its message), and EP only to check that it divides the experts and that a dense model has none (``search``'s EP sizes are
         divisors of the experts, 1 for a dense model): whether a plan can be built, and the first rule it fails with
         its message, depend on tp × cp × pp × dp, the ZeRO stage, the workload and the virtual stages alone. One
         ``Plan`` per tp × cp × pp × dp, ZeRO stage, micro-batch size and virtual stages answers for every recompute
@@ -391,9 +392,20 @@ class _Pricer:
     (3) The step-time model runs only for the plans that fit, as before.
     """
 
-    def __init__(self, spec: ModelSpec, hw: Hardware, acc: Accounting, ex: Execution, balance: str, prune: bool):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        hw: Hardware,
+        acc: Accounting,
+        ex: Execution,
+        balance: str,
+        prune: bool,
+        recompute: tuple[str, ...],
+    ):
         self.spec, self.hw, self.acc, self.ex, self.balance, self.prune = spec, hw, acc, ex, balance, prune
         self.mem = hw.gpu_memory_bytes
+        # the recompute modes Plan refuses for this model and ledger whatever the mesh (construct.recompute_refusal)
+        self.refused = {rc: why for rc in recompute if (why := recompute_refusal(spec, acc, rc))}
         self.ranked: list[Candidate] = []
         self.rejected: list[Rejection] = []
         self.verdicts: dict[tuple[int, int, int], Reason | None] = {}  # (zero, b, v) → why not, or None
@@ -459,18 +471,22 @@ class _Pricer:
                 self._keep_if_it_fits(plan, here)
             return
         plans: dict[str, Plan] = {}
-        if (zero, b, v) not in self.verdicts:  # (1)
+        accepted = [rc for rc in recompute if rc not in self.refused]
+        if accepted and (zero, b, v) not in self.verdicts:  # (1)
             try:
-                plans[recompute[0]] = build(recompute[0])
+                plans[accepted[0]] = build(accepted[0])
                 self.verdicts[zero, b, v] = None
             except PlanError as exc:
                 self.verdicts[zero, b, v] = _reason(exc)
-        reason = self.verdicts[zero, b, v]
-        if reason is not None:
-            self.reject(settings, recompute, reason)
-            return
+        reason = self.verdicts.get((zero, b, v))
         for rc in recompute:  # (2)
             here = {**settings, "recompute": rc}
+            if rc in self.refused:  # the ledger or the model refuses the mode whatever the mesh: Plan checks it first
+                self.rejected.append(Rejection(here, "plan", self.refused[rc]))
+                continue
+            if reason is not None:
+                self.rejected.append(Rejection(here, *reason))
+                continue
             found = self.activations.get((b, v, rc))
             if found is None:
                 plan = plans[rc] = plans.get(rc) or build(rc)
@@ -576,7 +592,7 @@ def search(
     if n > MAX_PLANS:
         raise MeshplanError(_too_many(spec, gpus, n, shapes), "gpus")
     L = spec.num_layers
-    pricer = _Pricer(spec, hw, acc, ex, balance, _prune)
+    pricer = _Pricer(spec, hw, acc, ex, balance, _prune, recompute)
     for tp, cp, pp, dp, eps in shapes:
         lps = None if L % pp == 0 or not uneven_stages else spread_layers(L, pp)
         # the search's own policies, which are not rules of a plan

@@ -659,23 +659,46 @@ def _check_tp(L: LayerSpec, tp: int) -> None:
             raise ValueError(f"tp={tp} does not divide {count} {what}")
 
 
+def _op_refusal(L: LayerSpec, impl: Implementation) -> str | None:
+    """Why torchtitan's op-level checkpointing is not priced for layer ``L`` of a family run as ``impl`` (None when
+    it is: SDPA attention layers with a dense MLP)."""
+    if L.mixer != "attention" or L.num_experts:
+        what = "layers with routed experts" if L.num_experts else f"{L.mixer} layers"
+        return (
+            f"recompute='op' (torchtitan's op-level selective checkpointing) is priced for attention layers with a "
+            f"dense MLP, not yet for {what}"
+        )
+    if not impl.sdpa:
+        return (
+            f"recompute='op' (torchtitan's op-level selective checkpointing) is priced with SDPA attention; "
+            f"{impl.family} runs eager attention in transformers"
+        )
+    return None
+
+
+@lru_cache(maxsize=256)
+def op_refusal(spec: ModelSpec) -> str | None:
+    """Why ``recompute='op'`` cannot be priced for ``spec`` (its first layer that torchtitan's op-level policy is not
+    priced for), or None; ``Plan`` refuses the mode with this message, so a search rejects such plans by name."""
+    if not spec.layers:
+        return f"recompute='op' needs the per-layer description of {spec.name!r} (ModelSpec.layers is empty)"
+    impl = spec_implementation(spec)
+    for L in dict.fromkeys(spec.layers):
+        why = _op_refusal(L, impl)
+        if why:
+            return why
+    return None
+
+
 def op_projections(L: LayerSpec, h: int, impl: Implementation) -> list[tuple[str, str, int, int, str, bool]]:
     """The projections of a decoder layer's forward, in order, as torchtitan's op-level selective checkpointing
     treats them (``SelectiveAC`` in ``torchtitan/distributed/activation_checkpoint.py``, torchtitan 0.3.0): (name,
     part, input width, output width, TP split of the output, kept). Every ``mm`` is counted from one and every second
     one is recomputed; a projection with a bias runs as an ``addmm``, which the save list always keeps and the count
     skips. Priced for SDPA attention layers with a dense MLP (ValueError otherwise)."""
-    if L.mixer != "attention" or L.num_experts:
-        what = "layers with routed experts" if L.num_experts else f"{L.mixer} layers"
-        raise ValueError(
-            f"recompute='op' (torchtitan's op-level selective checkpointing) is priced for attention layers with a "
-            f"dense MLP, not yet for {what}"
-        )
-    if not impl.sdpa:
-        raise ValueError(
-            f"recompute='op' (torchtitan's op-level selective checkpointing) is priced with SDPA attention; "
-            f"{impl.family} runs eager attention in transformers"
-        )
+    why = _op_refusal(L, impl)
+    if why:
+        raise ValueError(why)
     a, kv, d, dv = L.num_heads, L.num_kv_heads, L.head_dim, L.v_head_dim or L.head_dim
     q_width = a * d * (2 if L.output_gate else 1)
     if impl.qkv == "fused_v_view":

@@ -27,6 +27,7 @@ from typing import Any
 
 from meshplan.core.validation import PlanError, check_choice, check_count, check_zero, is_count
 from meshplan.parallel import activations as act
+from meshplan.parallel.engine_activations import op_refusal
 from meshplan.parallel.tp import kv_replicas
 from meshplan.spec.accounting import LAB, Accounting, BytesPerParam, get_accounting
 from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims
@@ -109,6 +110,25 @@ def _check_tp_heads(model: ModelSpec, t: int, kv_replication: bool) -> None:
     ):
         if heads and heads % t:
             raise PlanError(f"tp={t} does not divide {heads} {what}", "tp")
+
+
+def recompute_refusal(model: ModelSpec, accounting: Accounting, recompute: str) -> str | None:
+    """Why ``Plan`` refuses the recompute mode ``recompute`` for ``model`` in ``accounting``'s ledger, or None: a mode
+    that is not one of ``act.RECOMPUTE_MODES`` or ``OP_RECOMPUTE``; ``OP_RECOMPUTE`` (torchtitan's op-level selective
+    checkpointing) outside the fsdp2 ledger, or for a model with layers it is not priced for
+    (``engine_activations.op_refusal``). It reads neither the mesh nor the workload: a search asks it once per mode."""
+    if recompute == OP_RECOMPUTE:  # torchtitan's op-level selective checkpointing: the fsdp2 ledger only
+        if accounting.name != "fsdp2":
+            return (
+                f"recompute='op' is torchtitan's op-level selective activation checkpointing; the "
+                f"{accounting.name} ledger has no such mode (its modes: {', '.join(act.RECOMPUTE_MODES)})"
+            )
+        return op_refusal(model)
+    try:
+        check_choice("recompute", recompute, act.RECOMPUTE_MODES, PlanError)
+    except PlanError as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)
@@ -290,15 +310,9 @@ class Plan:
         # its own choices
         check_count("virtual_stages", self.virtual_stages, MAX_VIRTUAL_STAGES, PlanError)
         check_zero(self.zero, PlanError)
-        if self.recompute == OP_RECOMPUTE:  # torchtitan's op-level selective checkpointing: the fsdp2 ledger only
-            if self.accounting.name != "fsdp2":
-                raise PlanError(
-                    f"recompute='op' is torchtitan's op-level selective activation checkpointing; the "
-                    f"{self.accounting.name} ledger has no such mode (its modes: {', '.join(act.RECOMPUTE_MODES)})",
-                    "recompute",
-                )
-        else:
-            check_choice("recompute", self.recompute, act.RECOMPUTE_MODES, PlanError)
+        why = recompute_refusal(m, self.accounting, self.recompute)
+        if why:
+            raise PlanError(why, "recompute")
         if self.stage_balance not in ("even", "max"):
             raise PlanError(f"stage_balance={self.stage_balance!r} must be 'even' or 'max'", "stage_balance")
         if self.sp is not None and not isinstance(self.sp, bool):
