@@ -374,11 +374,12 @@ class _Pricer:
 
     (1) ``Plan.__post_init__`` reads the recompute mode only to check that the ledger and the model take it
         (``construct.recompute_refusal``, which reads neither the mesh nor the workload, and which the plan checks
-        before anything they could fail: asked once per mode, a refused mode is rejected with its message), and EP only to check that it divides the experts and that a dense model has none (``search``'s EP sizes are
-        divisors of the experts, 1 for a dense model): whether a plan can be built, and the first rule it fails with
-        its message, depend on tp × cp × pp × dp, the ZeRO stage, the workload and the virtual stages alone. One
-        ``Plan`` per tp × cp × pp × dp, ZeRO stage, micro-batch size and virtual stages answers for every recompute
-        mode and EP size.
+        before anything they could fail: asked once per mode, a refused mode is rejected with its message), and EP
+        only to check that it divides the experts and that a dense model has none (``search``'s EP sizes are
+        divisors of the experts, 1 for a dense model): whether a plan of an accepted mode can be built, and the first
+        rule it fails with its message, depend on tp × cp × pp × dp, the ZeRO stage, the workload and the virtual
+        stages alone. One ``Plan`` per tp × cp × pp × dp, ZeRO stage, micro-batch size and virtual stages answers for
+        every accepted recompute mode and EP size.
     (2) ``evaluate``'s memory is the most-loaded stage's: max over the stages k of states_k + activations_k, where
         states_k (``evaluation._stage_states``) reads the mesh shape, EP included, the ZeRO stage, the ledger and the
         stage's parameters, never the recompute mode, micro-batch size or virtual stages; and activations_k
