@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from meshplan.parallel import cp, ep, tp
-from meshplan.plan import Plan, evaluate
+from meshplan.plan import Plan, evaluate, evaluation
 from meshplan.steptime import Execution, step_time
 
 H100 = "h100-sxm-80gb"
@@ -31,12 +31,22 @@ def _price(kw: dict[str, Any], ex: Execution):
     return report, step_time(report, ex)
 
 
+@pytest.fixture
+def fresh_collectives():
+    """evaluate builds each list of collectives once per what it reads (``evaluation._collectives``, an lru cache):
+    a count changed at run time, as the test below changes one, needs the cache emptied, before and after."""
+    evaluation._collectives.cache_clear()
+    yield
+    evaluation._collectives.cache_clear()
+
+
 @pytest.mark.parametrize("dim", sorted(CASES))
-def test_a_count_changed_in_the_module_moves_bytes_and_time(monkeypatch, dim):
+def test_a_count_changed_in_the_module_moves_bytes_and_time(monkeypatch, fresh_collectives, dim):
     module, name, kw, ex = CASES[dim]
     before, t_before = _price(kw, ex)
     assert before.comm_bytes_per_step[dim] > 0 and getattr(t_before, f"{dim}_s") > 0
     monkeypatch.setattr(module, name, 2 * getattr(module, name))
+    evaluation._collectives.cache_clear()
     after, t_after = _price(kw, ex)
     assert after.comm_bytes_per_step[dim] > before.comm_bytes_per_step[dim]
     assert getattr(t_after, f"{dim}_s") > getattr(t_before, f"{dim}_s")

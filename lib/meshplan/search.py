@@ -63,13 +63,18 @@ from meshplan.parallel.activations import RECOMPUTE_MODES
 from meshplan.plan import Plan, Report, Workload, evaluate
 from meshplan.plan.construct import MAX_GLOBAL_BATCH, OP_RECOMPUTE, recompute_refusal
 from meshplan.plan.evaluation import (
+    Moments,
     _stage_activations,
     _stage_states,
     floor_reason,
     freed_at_the_head,
     lab_per_layer,
+    memory_budget,
     memory_floor,
     memory_reason,
+    peak_line,
+    stage_peak,
+    step_inputs,
 )
 from meshplan.plan.reporting import plan_label
 from meshplan.spec.accounting import Accounting, get_accounting
@@ -148,14 +153,45 @@ def tied_ranks(times: list[float], band: float) -> list[int]:
     return ranks
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Candidate:
-    """A plan that passes every constraint and fits, with its report and estimated step time."""
+    """A plan that passes every constraint and fits, with its estimated step time and its report. A search times
+    each plan from its ``StepInputs`` and builds the report (``evaluate``) when it is first read: it then checks
+    that the report repeats the memory total the search ranked it by and says the plan fits. Candidates are equal
+    when their plans, reports, step times and executions are."""
 
     plan: Plan
-    report: Report
     step: StepTime
     execution: Execution = field(default_factory=Execution)
+    memory_total: float = 0.0
+    _report: Report | None = field(default=None, repr=False)
+
+    @property
+    def report(self) -> Report:
+        """``evaluate(plan)``, built once."""
+        if self._report is None:
+            report = evaluate(self.plan)
+            found = report.memory_bytes["total"]
+            if found != self.memory_total or not report.fits:
+                raise AssertionError(
+                    f"search kept {describe(self.plan)} at {self.memory_total!r} B; evaluate prices {found!r} B"
+                    + ("" if report.fits else " and says it does not fit")
+                )
+            object.__setattr__(self, "_report", report)
+            return report
+        return self._report
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Candidate):
+            return NotImplemented
+        return (self.plan, self.step, self.execution, self.report) == (
+            other.plan,
+            other.step,
+            other.execution,
+            other.report,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, and mutable in its cached report
 
     def mfu(self, peak_flop_per_s: float | None = None) -> float:
         """MFU against ``peak_flop_per_s`` (default: the hardware's dense bf16 peak)."""
@@ -319,25 +355,40 @@ def stage_balance_for(accounting: Accounting | str) -> str:
     return get_accounting(accounting).stage_balance
 
 
-def _stage_states_bytes(plan: Plan) -> tuple[list[float], list[float]]:
-    """Model-state bytes per GPU of each pipeline stage of ``plan``, each summed as ``evaluate`` sums it, and each
-    stage's gradient term (stages holding the same parameters share one computation, as there)."""
-    seen: dict[tuple[float, float], tuple[float, float]] = {}
-    sums, grads = [], []
+def _stage_states_bytes(plan: Plan) -> tuple[list[float], list[float], list[dict[str, float]]]:
+    """Model-state bytes per GPU of each pipeline stage of ``plan``, each summed as ``evaluate`` sums it, each
+    stage's gradient term, and its terms (stages holding the same parameters share one computation, as there)."""
+    seen: dict[tuple[float, float], tuple[float, float, dict[str, float]]] = {}
+    sums, grads, terms = [], [], []
     for st in plan.stages:
         key = (st.dense_params, st.expert_params)
         if key not in seen:
-            terms = _stage_states(plan, st)
-            seen[key] = (sum(terms.values()), terms["grads"])
+            t = _stage_states(plan, st)
+            seen[key] = (sum(t.values()), t["grads"], t)
         sums.append(seen[key][0])
         grads.append(seen[key][1])
-    return sums, grads
+        terms.append(seen[key][2])
+    return sums, grads, terms
 
 
 def _stage_activation_bytes(plan: Plan) -> list[float]:
     """Activation bytes per GPU of each pipeline stage of ``plan``, as ``evaluate`` computes them."""
     per_layer = lab_per_layer(plan)
     return [_stage_activations(plan, st, per_layer) for st in plan.stages]
+
+
+def _leaders(plan: Plan, acts: list[float]) -> tuple[int, ...]:
+    """The stages, in order, that can hold the maximum of states + saved bytes, of the floor (``memory_floor``) and
+    of the peak over ``plan``'s stages: of each group of alike stages (``Plan.stage_groups``: equal parameters, so
+    equal model states), its first stage when that one keeps the most saved bytes (1F1B keeps fewer micro-batches
+    in flight on later stages), else all of them. A float sum never falls as one addend grows, so no other stage
+    has a larger value, and none an equal one with a lower index: the maxima over these stages, and their first
+    stage, are those over all the stages. The last stage is always its own group."""
+    out: list[int] = []
+    for group in plan.stage_groups:
+        top = max(acts[k] for k in group)
+        out.extend((group[0],) if acts[group[0]] == top else group)
+    return tuple(sorted(out))
 
 
 def _shapes(spec: ModelSpec, gpus: int, gpn: int, max_cp: int) -> list[tuple[int, int, int, int, list[int]]]:
@@ -387,10 +438,15 @@ class _Pricer:
         ledger and the stage, never the ZeRO stage or EP. The pruned path computes each with those very functions,
         once per the settings it reads (states per shape and ZeRO stage; activations per tp × cp × pp × dp, b, v and
         recompute mode), and adds them as ``evaluate`` does (states, then activations; the same floats in the same
-        order, so the same total to the bit). A plan over the GPU's memory is rejected with ``evaluate``'s number
-        and never built nor evaluated; one that fits is evaluated, and its report must agree (checked on every kept
-        plan).
-    (3) The step-time model runs only for the plans that fit, as before.
+        order, so the same total to the bit). A plan whose floor is over the GPU's memory is rejected with
+        ``evaluate``'s number and never built nor evaluated.
+    (3) A plan over no floor is built, and its peak priced from its stages' moments (``evaluation.stage_peak``:
+        each moment priced once per what it reads, in ``memo``, and its total with the saved bytes added by the
+        additions ``Moment.total`` makes: ``evaluate``'s peak and stage to the bit); one over the device is rejected
+        with ``evaluate``'s message (``peak_line``). One that fits is timed from its ``StepInputs``
+        (``evaluation.step_inputs``, which ``evaluate`` copies into the report, with the most-loaded stage's model
+        states), each micro-batch time kept by all it reads (``steptime._slowest_stage``'s memo); its report is built
+        when it is read and must repeat the search's total and verdict (``Candidate.report``).
     """
 
     def __init__(
@@ -410,17 +466,21 @@ class _Pricer:
         self.ranked: list[Candidate] = []
         self.rejected: list[Rejection] = []
         self.verdicts: dict[tuple[int, int, int], Reason | None] = {}  # (zero, b, v) → why not, or None
-        # (b, v, recompute) → (bytes per stage, what the last stage's loss and head free before its layers' backward)
-        self.activations: dict[tuple[int, int, str], tuple[list[float], float]] = {}
-        self.states: dict[int, tuple[list[float], list[float]]] = {}  # ZeRO stage → (bytes, gradient bytes) per stage
+        # (b, v, recompute) → (bytes per stage, what the last stage's loss and head free before its layers' backward,
+        # the stages that can hold a maximum: _leaders)
+        self.activations: dict[tuple[int, int, str], tuple[list[float], float, tuple[int, ...]]] = {}
+        # ZeRO stage → (bytes, gradient bytes, terms) per stage
+        self.states: dict[int, tuple[list[float], list[float], list[dict[str, float]]]] = {}
+        self.moments: Moments = {}  # the stages' moments without saved bytes (evaluation._base_moments), per EP size
+        self.micro_batches: dict = {}  # micro-batch times (steptime's _slowest_stage), for the whole search
 
     def shape(self) -> None:
         """A new tp × cp × pp × dp: forget what (1) and (2) share across its EP sizes."""
         self.verdicts, self.activations = {}, {}
 
     def expert_shape(self) -> None:
-        """A new EP size within the shape: forget the model states."""
-        self.states = {}
+        """A new EP size within the shape: forget the model states and the moments."""
+        self.states, self.moments = {}, {}
 
     def reject(self, settings: dict[str, Any], recompute: tuple[str, ...], reason: Reason) -> None:
         for rc in recompute:
@@ -448,6 +508,9 @@ class _Pricer:
         settings.update(recompute="", micro_batch_size=b, virtual_stages=v)
 
         def build(rc: str) -> Plan:
+            if self.prune:  # one plan of the group validated, the others copied (proof (1))
+                for other in plans.values():
+                    return other.with_recompute(rc)
             return Plan(
                 model=self.spec,
                 dims=dims,
@@ -461,6 +524,7 @@ class _Pricer:
                 stage_balance=self.balance,
             )
 
+        plans: dict[str, Plan] = {}
         if not self.prune:
             for rc in recompute:
                 here = {**settings, "recompute": rc}
@@ -471,7 +535,6 @@ class _Pricer:
                     continue
                 self._keep_if_it_fits(plan, here)
             return
-        plans: dict[str, Plan] = {}
         accepted = [rc for rc in recompute if rc not in self.refused]
         if accepted and (zero, b, v) not in self.verdicts:  # (1)
             try:
@@ -491,34 +554,61 @@ class _Pricer:
             found = self.activations.get((b, v, rc))
             if found is None:
                 plan = plans[rc] = plans.get(rc) or build(rc)
-                found = self.activations[b, v, rc] = (_stage_activation_bytes(plan), freed_at_the_head(plan))
-            acts, freed = found
+                acts_ = _stage_activation_bytes(plan)
+                found = self.activations[b, v, rc] = (acts_, freed_at_the_head(plan), _leaders(plan, acts_))
+            acts, freed, leaders = found
             got = self.states.get(zero)
             if got is None:
                 plan = plans[rc] = plans.get(rc) or build(rc)
                 got = self.states[zero] = _stage_states_bytes(plan)
-            states, grads = got
-            total = max(s + a for s, a in zip(states, acts))
-            floor = memory_floor(self.acc.name, states, grads, acts, freed)
+            states, grads, terms = got
+            # the floor and the total over the stages that can hold their maximum (_leaders), in stage order
+            ls = [states[k] for k in leaders]
+            la = [acts[k] for k in leaders]
+            total = max(s + a for s, a in zip(ls, la))
+            floor = memory_floor(self.acc.name, ls, [grads[k] for k in leaders], la, freed)
             why = floor_reason(self.acc.name, self.hw, dims, floor) if math.isfinite(floor) else ""
             if why:
                 self.rejected.append(Rejection(here, "memory", why))
-            else:  # evaluate names a total too large for a float
-                self._keep_if_it_fits(plans.get(rc) or build(rc), here, total, floor)
+            elif not math.isfinite(floor):  # evaluate names a total too large for a float
+                self._keep_if_it_fits(plans.get(rc) or build(rc), here)
+            else:
+                self._price(plans.get(rc) or build(rc), here, states, acts, terms, total, leaders)
 
-    def _keep_if_it_fits(
-        self, plan: Plan, settings: dict[str, Any], total: float | None = None, floor: float | None = None
+    def _price(
+        self,
+        plan: Plan,
+        settings: dict[str, Any],
+        states: list[float],
+        acts: list[float],
+        terms: list[dict[str, float]],
+        total: float,
+        leaders: tuple[int, ...],
     ) -> None:
-        """Evaluate ``plan``; keep it with its step time if it fits, else reject it for memory. ``total`` and
-        ``floor``: the memory total and peak floor the pruned path found, which the report must repeat."""
+        """(3) A plan over no floor: its peak from the stages' moments (``evaluation.stage_peak``, ``evaluate``'s
+        numbers to the bit; the lab's verdict is its total, which the floor has checked), and if it fits, its step
+        time from its ``StepInputs`` with the reported stage's model states: the most-loaded stage, as ``evaluate``
+        finds it from the same sums. Its report is built when it is read (``Candidate.report``)."""
+        if self.acc.name != "lab":
+            peak, k, moment = stage_peak(plan, terms, acts, self.moments)
+            room = memory_budget(self.acc.name, self.hw, plan.dims, peak)
+            if not room.fits:
+                self.rejected.append(Rejection(settings, "memory", peak_line(peak, moment, k, plan.pp, room)))
+                return
+        k_mem, most = 0, -math.inf  # the most-loaded stage, the first of equals (evaluate's k_mem)
+        for k in leaders:
+            if states[k] + acts[k] > most:
+                k_mem, most = k, states[k] + acts[k]
+        step = step_time(step_inputs(plan, terms[k_mem]), self.ex, None, self.micro_batches)
+        self.ranked.append(Candidate(plan, step, self.ex, total))
+
+    def _keep_if_it_fits(self, plan: Plan, settings: dict[str, Any]) -> None:
+        """Evaluate ``plan``; keep it with its step time if it fits, else reject it for memory (the reference path,
+        and the pruned one's for a total too large for a float, which ``evaluate`` names)."""
         report = evaluate(plan)
-        found = report.memory_bytes["total"]
-        if total is not None and found != total and math.isfinite(total):
-            raise AssertionError(f"search priced {describe(plan)} at {total!r} B, evaluate at {found!r} B")
-        if floor is not None and report.memory_floor != floor and math.isfinite(floor):
-            raise AssertionError(f"search floored {describe(plan)} at {floor!r} B, evaluate at {report.memory_floor!r}")
         if report.fits:
-            self.ranked.append(Candidate(plan, report, step_time(report, self.ex), self.ex))
+            step = step_time(report, self.ex)
+            self.ranked.append(Candidate(plan, step, self.ex, report.memory_bytes["total"], report))
         else:
             self.rejected.append(Rejection(settings, "memory", memory_reason(report)))
 
@@ -628,7 +718,7 @@ def search(
     ranked.sort(
         key=lambda c: (
             c.step.total_s,
-            c.report.memory_bytes["total"],
+            c.memory_total,
             c.plan.tp,
             c.plan.cp,
             c.plan.pp,

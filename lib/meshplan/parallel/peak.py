@@ -133,7 +133,13 @@ class Moment:
 
     @property
     def total(self) -> float:
-        return sum(self.values)
+        """The terms added left to right in ``MOMENT_TERMS``' order (not ``sum``, which compensates its rounding
+        from Python 3.12 on): ``plan.evaluation`` prices a stage's peak from partial sums and must find this total
+        to the bit."""
+        t = 0.0
+        for x in self.values:
+            t += x
+        return t
 
 
 @dataclass(slots=True)
@@ -223,7 +229,7 @@ def _moment(name: str, base: Sequence[float], **terms: float) -> Moment:
     out = list(base)
     for k, v in terms.items():
         out[_INDEX[k]] = v
-    return Moment(name, tuple(out))
+    return Moment.trusted(name, tuple(out))  # as many terms as MOMENT_TERMS: base has them
 
 
 def layer_backward_work(s: StageStep) -> float:

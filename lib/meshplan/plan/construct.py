@@ -20,6 +20,7 @@ choices; a rule that fails raises ``PlanError`` (``LedgerError`` for an engine's
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -34,7 +35,7 @@ from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, ParallelDims
 from meshplan.spec.hardware import Hardware, load_hardware
 from meshplan.spec.mesh import Mesh, check_nodes
 from meshplan.spec.model import ModelSpec, load_model
-from meshplan.spec.stages import Stage, spread_layers, stages
+from meshplan.spec.stages import Stage, spread_layers, stage_groups, stages
 
 __all__ = [
     "MAX_GLOBAL_BATCH",
@@ -489,6 +490,22 @@ class Plan:
     def stages(self) -> tuple[Stage, ...]:
         """What each pipeline rank holds (``stages.stages``)."""
         return stages(self.model, self.pp, self.layers_per_stage, self.stage_balance)
+
+    def with_recompute(self, recompute: str) -> Plan:
+        """This plan with another recompute mode. Nothing ``Plan`` checks reads the mode but
+        ``recompute_refusal``, which this checks (PlanError naming ``recompute``): the copy is what ``Plan`` would
+        build, with the stage layout already derived (a search builds one plan per recompute mode)."""
+        why = recompute_refusal(self.model, self.accounting, recompute)
+        if why:
+            raise PlanError(why, "recompute")
+        other = copy.copy(self)
+        object.__setattr__(other, "recompute", recompute)
+        return other
+
+    @cached_property
+    def stage_groups(self) -> tuple[tuple[int, ...], ...]:
+        """The stages' indices grouped by what their memory and time read (``stages.stage_groups``)."""
+        return stage_groups(self.model, self.pp, self.layers_per_stage, self.stage_balance)
 
     @cached_property
     def mesh(self) -> Mesh:

@@ -38,10 +38,10 @@ returns a ``Report``. Each number comes from its dimension's module:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from meshplan.core.collectives import ledger_bytes
+from meshplan.core.collectives import Collective, ledger_bytes
 from meshplan.parallel import activations as act
 from meshplan.parallel.cp import cp_collectives, kv_width_per_gpu
 from meshplan.parallel.dp import grad_sync_bytes
@@ -62,14 +62,22 @@ from meshplan.parallel.tp import tp_collectives
 from meshplan.parallel.zero import model_states_terms, sync_terms
 from meshplan.plan.construct import Plan
 from meshplan.plan.notes import report_notes
-from meshplan.plan.report import TRAFFIC, Report, StagePeak
+from meshplan.plan.report import TRAFFIC, Report, StagePeak, StepInputs
 from meshplan.spec.dims import ParallelDims
 from meshplan.spec.hardware import Hardware
 from meshplan.spec.mesh import Mesh
 from meshplan.spec.model import ModelSpec
-from meshplan.spec.stages import Stage, inflight_micro_batches, interleave_factor
+from meshplan.spec.stages import Stage, inflight_micro_batches, interleave_factor, stages
 
-__all__ = ["evaluate", "freed_at_the_head", "memory_budget", "memory_floor", "memory_reason"]
+__all__ = [
+    "evaluate",
+    "freed_at_the_head",
+    "memory_budget",
+    "memory_floor",
+    "memory_reason",
+    "stage_peak",
+    "step_inputs",
+]
 
 
 @lru_cache(maxsize=4096)
@@ -225,9 +233,34 @@ def _lab_terms(states: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _stage_step(plan: Plan, stage: Stage, states: dict[str, float], saved: float) -> StageStep:
+_NO_PARTS = dict.fromkeys(("layers", "first_layer", "recomputed", "before", "head", "loss"), 0.0)
+
+
+def _stage_inputs(plan: Plan, stage: Stage) -> tuple[dict[str, float], tuple]:
+    """What a stage's moments read of its layers: its saved bytes split as a step frees them
+    (``engine_activations.stage_parts``; zeros in the lab page's ledger) and its widths (``_stage_widths``)."""
+    d = plan.dims
+    T = plan.micro_batch_size * plan.seq // d.cp
+    if plan.accounting.activations == "engine":
+        parts = _stage_parts(
+            plan.model, stage.layers, plan.seq // d.cp, plan.micro_batch_size, plan.recompute, d.tp,
+            plan.sequence_parallel, stage.index == 0, stage.index == d.pp - 1, "cuda",
+        )  # fmt: skip
+    else:
+        parts = _NO_PARTS
+    return parts, _stage_widths(plan.model, stage.layers, d.tp, d.etp, d.ep, T)
+
+
+def _stage_step(
+    plan: Plan,
+    stage: Stage,
+    states: dict[str, float],
+    saved: float,
+    inputs: tuple[dict[str, float], tuple] | None = None,
+) -> StageStep:
     """The inputs of ``parallel.peak`` for one stage's GPU: its states by moment term, its saved bytes split as a
-    step frees them (``engine_activations.stage_parts``), its widths, tokens and units on this GPU."""
+    step frees them (``engine_activations.stage_parts``), its widths, tokens and units on this GPU (``inputs``:
+    ``_stage_inputs``' answer, when the caller has it)."""
     m, d = plan.model, plan.dims
     t, sp = d.tp, plan.sequence_parallel
     first, last = stage.index == 0, stage.index == d.pp - 1
@@ -235,13 +268,8 @@ def _stage_step(plan: Plan, stage: Stage, states: dict[str, float], saved: float
     by_term: dict[str, float] = {}
     for k, v in states.items():
         by_term[_STATE_TERM[k]] = by_term.get(_STATE_TERM[k], 0.0) + v
-    if plan.accounting.activations == "engine":
-        parts = _stage_parts(
-            m, stage.layers, plan.seq // d.cp, plan.micro_batch_size, plan.recompute, t, sp, first, last, "cuda"
-        )
-    else:
-        parts = dict.fromkeys(("layers", "first_layer", "recomputed", "before", "head", "loss"), 0.0)
-    f, tokens_mlp, wgrad, wgrads, gated, per_layer = _stage_widths(m, stage.layers, t, d.etp, d.ep, T)
+    parts, widths = inputs if inputs is not None else _stage_inputs(plan, stage)
+    f, tokens_mlp, wgrad, wgrads, gated, per_layer = widths
     fsdp2 = plan.accounting.name == "fsdp2"
     experts = _unit_params(m)[2] if fsdp2 else 0
     if per_layer is None:
@@ -283,6 +311,94 @@ def _stage_step(plan: Plan, stage: Stage, states: dict[str, float], saved: float
     )
 
 
+# A stage's moments priced with no saved bytes, and for each moment in step order (name, the sum of its terms before
+# ``activations``, its activations, its temporaries), or (name, total, None, None) for the optimizer step, which holds
+# no saved bytes: a moment's total with ``saved`` added is then ``pre + (activations + saved) + temporaries``, the very
+# additions ``Moment.total`` makes in ``MOMENT_TERMS``' order (activations is the term before the last).
+_Fast = tuple[tuple[str, float, float | None, float | None], ...]
+Moments = dict[tuple, tuple[tuple[Moment, ...], _Fast, object]]
+assert MOMENT_TERMS[-2:] == ("activations", "temporaries")
+
+
+def _fast(moments: tuple[Moment, ...]) -> _Fast:
+    out: list[tuple[str, float, float | None, float | None]] = []
+    for mo in moments:
+        if mo.name == "optimizer step":
+            out.append((mo.name, mo.total, None, None))
+        else:
+            pre = 0.0
+            for x in mo.values[:_ACT]:
+                pre += x
+            out.append((mo.name, pre, mo.values[_ACT], mo.values[_ACT + 1]))
+    return tuple(out)
+
+
+def _base_moments(
+    plan: Plan, stage: Stage, states: dict[str, float], memo: Moments
+) -> tuple[tuple[Moment, ...], _Fast]:
+    """``step_moments`` of one stage with no saved bytes (``_with_saved`` adds them), and their ``_fast`` form,
+    priced once per what they read: the plan's ZeRO stage, micro-batches, micro-batch size and recompute mode, the
+    stage's ends, layers, parameters and states, and what its layers save and how wide they are (``_stage_inputs``).
+    ``memo`` may serve several plans of one model, ledger, sequence length and mesh shape (a search's)."""
+    inputs = _stage_inputs(plan, stage)
+    # the states, parts and widths by identity (one dict or tuple per value, from the caller's and the lru caches),
+    # each kept alive in the memo with its entry so that no other object can take its id while the memo lives
+    key = (
+        plan.zero,
+        plan.micro_batch_size,
+        plan.micro_batches,
+        plan.recompute,
+        stage.index == 0,
+        stage.index == plan.dims.pp - 1,
+        stage.num_layers,
+        stage.moe_layers > 0,
+        stage.dense_params,
+        id(states),
+        id(inputs[0]),
+        id(inputs[1]),
+    )
+    got = memo.get(key)
+    if got is None:
+        moments = step_moments(_stage_step(plan, stage, states, 0.0, inputs))
+        got = memo[key] = (moments, _fast(moments), (states, inputs))
+    return got[0], got[1]
+
+
+def _peak_at(fast: _Fast, saved: float) -> tuple[float, str]:
+    """The largest moment's total (the first of equals) and name, with ``saved`` bytes added where the step holds
+    them: equal to the bit to ``peak_moment(_with_saved(moments, saved)).total`` (see ``_Fast``)."""
+    best, name = -math.inf, ""
+    for n, pre, a, tmp in fast:
+        t = pre if a is None or tmp is None else pre + (a + saved) + tmp
+        if t > best:
+            best, name = t, n
+    return best, name
+
+
+def stage_peak(
+    plan: Plan, states: Sequence[dict[str, float]], saved: Sequence[float], memo: Moments
+) -> tuple[float, int, str]:
+    """An engine ledger's allocated peak of ``plan`` without building its moments: (bytes, the stage it is on, the
+    first of equals, and its moment's name), from each stage's model-state terms (``_stage_states``) and in-flight
+    saved bytes (``_stage_activations``): the numbers ``evaluate``'s ``by_stage`` gives, to the bit."""
+    best, k_best, name = -math.inf, 0, ""
+    sts = plan.stages
+    if len(states) != len(sts) or len(saved) != len(sts):
+        raise ValueError(f"stage_peak needs {len(sts)} stages' states and saved bytes")
+    for group in plan.stage_groups:  # stages alike in all their moments read (their states too: equal parameters)
+        k0 = group[0]
+        fast = _base_moments(plan, sts[k0], states[k0], memo)[1]
+        # each moment's total is a float sum that never falls as the saved bytes grow (rounding is monotone), so the
+        # group's largest peak is that of its member with the most saved; when that is its first member (1F1B keeps
+        # fewer micro-batches in flight on later stages) no other member can beat it nor tie it with a lower index
+        k_top = max(group, key=saved.__getitem__)
+        for k in (k0,) if saved[k_top] == saved[k0] else group:
+            t, n = _peak_at(fast, saved[k])
+            if t > best or (t == best and k < k_best):
+                best, k_best, name = t, k, n
+    return best, k_best, name
+
+
 def memory_budget(ledger: str, hw: Hardware, dims: ParallelDims, peak_allocated: float) -> Headroom:
     """The memory verdict of an allocated peak on ``hw`` for a plan of mesh ``dims`` in ``ledger``. The lab page's
     convention has no allocator and nothing outside it, and compares with the datasheet's memory; the engines'
@@ -296,9 +412,14 @@ def memory_budget(ledger: str, hw: Hardware, dims: ParallelDims, peak_allocated:
     return Headroom(
         peak_allocated,
         hw.device_total_bytes or hw.gpu_memory_bytes,
-        outside_allocator(int(groups)),
+        _outside(int(groups)),
         ENGINE_RESERVED_RATIO[ledger],
     )
+
+
+@lru_cache(maxsize=64)
+def _outside(communicators: int) -> float:
+    return outside_allocator(communicators)
 
 
 def freed_at_the_head(plan: Plan) -> float:
@@ -352,57 +473,54 @@ def floor_reason(ledger: str, hw: Hardware, dims: ParallelDims, floor: float) ->
 def peak_reason(report: Report) -> str:
     """The allocated peak, its moment (and stage, counted from 1, with pipeline parallelism) and its verdict."""
     peak = report.by_stage[report.peak_stage].peak
-    room = report.headroom
-    verdict = room.verdict if room is not None else ""
-    p = report.plan.pp
-    where = f", stage {report.peak_stage + 1} of {p}" if p > 1 else ""
-    return f"{peak.total / 1e9:,.1f} GB allocated at its peak ({peak.name}{where}): {verdict}"
+    return peak_line(peak.total, peak.name, report.peak_stage, report.plan.pp, report.headroom)
 
 
-def evaluate(plan: Plan) -> Report:
-    """Evaluate ``plan``: memory per GPU, bytes per dimension per step with link and time, bubble."""
-    if not isinstance(plan, Plan):
-        raise ValueError(f"evaluate() needs a Plan, got {type(plan).__name__}")
+def peak_line(total: float, moment: str, stage: int, pp: int, room: Headroom) -> str:
+    """``peak_reason``'s line from its parts: the peak's bytes, moment, 0-based stage and the verdict on it."""
+    where = f", stage {stage + 1} of {pp}" if pp > 1 else ""
+    return f"{total / 1e9:,.1f} GB allocated at its peak ({moment}{where}): {room.verdict}"
+
+
+@lru_cache(maxsize=8192)
+def _collectives(
+    m: ModelSpec, s: int, b: int, t: int, c: int, e: int, recompute: str, sp: bool, regather: bool
+) -> tuple[tuple[str, tuple[Collective, ...]], ...]:
+    """TP's, CP's and EP's collectives per unit and micro-batch (built once per what they read: a search asks the
+    same lists for every ZeRO stage, DP size and virtual stage count)."""
+    return (
+        ("tp", tp_collectives(s // c, b, m.hidden_size, t, recompute=recompute, regather=regather) if t > 1 else ()),
+        (
+            "cp",
+            cp_collectives(s, b, kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t), c, recompute=recompute)
+            if c > 1
+            else (),
+        ),
+        (
+            "ep",
+            ep_collectives(tokens_per_gpu(s, b, c, t, sp), m.experts_per_token, m.hidden_size, e, recompute=recompute)
+            if e > 1
+            else (),
+        ),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _traffic_stage(m: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] | None, balance: str) -> int:
+    """The stage whose bytes a report gives: the one with the most layers, the most MoE layers among ties, the
+    first among those."""
+    return max(stages(m, pp, layers_per_stage, balance), key=lambda x: (x.num_layers, x.moe_layers, -x.index)).index
+
+
+def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInputs:
+    """The bytes part of ``evaluate``: bytes per dimension per step on the stage with the most layers (the most MoE
+    layers among ties), each dimension's link and time, TP's, CP's and EP's collectives, the bubble; with the
+    reported stage's ``model_states_terms``, all that ``steptime.step_time`` reads of a report. ValueError when a
+    byte count overflows a float."""
     m, hw, d = plan.model, plan.hardware, plan.dims
     t, c, p, e = d.tp, d.cp, d.pp, d.ep
     s, b, h, mb, v = plan.seq, plan.micro_batch_size, m.hidden_size, plan.micro_batches, plan.virtual_stages
-
-    # ---- memory: the most-loaded stage (its own states plus its own activations)
-    per_layer = lab_per_layer(plan)
-    per_stage = _stage_memory(plan, per_layer)
-    totals = [sum(terms.values()) + activ for terms, activ in per_stage]
-    by_stage = []
-    seen: dict[tuple, tuple[Moment, ...]] = {}  # stages alike in all a step's moments read share them
-    for st_, (terms_, activ_) in zip(plan.stages, per_stage, strict=True):
-        if plan.accounting.name == "lab":
-            moments: tuple[Moment, ...] = (
-                Moment.of("model states + activations", {**_lab_terms(terms_), "activations": activ_}),
-            )
-        else:
-            key = (
-                st_.index == 0,
-                st_.index == p - 1,
-                st_.num_layers,
-                st_.dense_params,
-                st_.expert_params,
-                st_.moe_layers,
-                tuple(terms_.values()),
-            )
-            if key not in seen:  # every moment but the optimizer step holds the in-flight saved bytes: price once
-                seen[key] = step_moments(_stage_step(plan, st_, terms_, 0.0))
-            moments = _with_saved(seen[key], activ_)
-        by_stage.append(StagePeak(st_.index, moments, peak_moment(moments)))
-    k_peak = max(range(p), key=lambda k: (by_stage[k].peak.total, -k))
-    k_mem = max(range(p), key=lambda k: (totals[k], -k))
-    terms, activ = per_stage[k_mem]
-    states = sum(terms.values())
-    total = states + activ
-    st_mem = plan.stages[k_mem]
-    experts_here = st_mem.expert_params / (d.etp * e)
-    params_per_gpu = st_mem.dense_params / t + experts_here
-
-    # ---- bytes per dimension, on the stage with the most layers (the most MoE layers among ties)
-    st = max(plan.stages, key=lambda x: (x.num_layers, x.moe_layers, -x.index))
+    st = plan.stages[_traffic_stage(m, p, plan.layers_per_stage, plan.stage_balance)]
     acc = plan.accounting
     schedule = acc.sync_schedule(plan.zero, p)
     separate_experts = e > 1 or d.etp != t
@@ -415,38 +533,83 @@ def evaluate(plan: Plan) -> Report:
         comm["edp"] = sum(sync_terms(d.expert_dp, experts_gpu, schedule, mb).values())
     grad_sync = {"dp": comm["dp"], "cp": comm["cp"], "edp": comm["edp"]}
     # TP, CP and EP as lists of collectives per layer and micro-batch (the step-time model prices the same lists)
-    collectives = {
-        "tp": tp_collectives(
-            s // c, b, h, t, recompute=plan.recompute, regather=acc.tp_backward_regather and plan.sequence_parallel
+    collectives = dict(
+        _collectives(
+            m,
+            s,
+            b,
+            t,
+            c,
+            e,
+            plan.recompute,
+            plan.sequence_parallel,
+            acc.tp_backward_regather and plan.sequence_parallel,
         )
-        if t > 1
-        else (),
-        "cp": cp_collectives(s, b, kv_width_per_gpu(m.kv_width, m.num_key_value_heads, t), c, recompute=plan.recompute)
-        if c > 1
-        else (),
-        "ep": ep_collectives(
-            tokens_per_gpu(s, b, c, t, plan.sequence_parallel), m.experts_per_token, h, e, recompute=plan.recompute
-        )
-        if e > 1
-        else (),
-    }
+    )
     comm["tp"] = ledger_bytes(collectives["tp"]) * st.num_layers * mb
     comm["pp"] = pp_bytes_per_step(s // c, b, h, p, mb, v)
     if acc.pp_send_divided(plan.sequence_parallel):
         comm["pp"] /= t
     comm["cp"] += ledger_bytes(collectives["cp"]) * st.full_attention_layers * mb
     comm["ep"] = ledger_bytes(collectives["ep"]) * st.moe_layers * mb
+    if not all(math.isfinite(x) for x in comm.values()):
+        raise ValueError(_OVERFLOW.format(s=s, h=h))
 
     link = dict(_links(d, hw.gpus_per_node))
     if not (separate_experts and m.is_moe):
         link["edp"] = None  # the experts (if any) sync with the dense gradients
-    times = {k: (comm[k] / hw.bandwidth(link[k]) if link[k] else 0.0) for k in TRAFFIC}
+    return StepInputs(
+        plan=plan,
+        model_states_terms=model_states_terms,
+        comm_bytes_per_step=comm,
+        link=link,
+        comm_time_s={k: (comm[k] / hw.bandwidth(link[k]) if link[k] else 0.0) for k in TRAFFIC},
+        grad_sync_bytes=grad_sync,
+        collectives=collectives,
+        traffic_stage=st.index,
+        bubble=bubble_fraction(p, mb, v) if p > 1 else 0.0,
+        bubble_share=bubble_share_of_time(p, mb, v) if p > 1 else 0.0,
+    )
 
-    notes = report_notes(plan, comm)
-    if not all(math.isfinite(x) for x in (total, *comm.values())):
-        raise ValueError(
-            f"seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are too large"
-        )
+
+_OVERFLOW = "seq={s}, hidden_size={h}: memory or bytes per step overflow a float; the inputs are too large"
+
+
+def evaluate(plan: Plan) -> Report:
+    """Evaluate ``plan``: memory per GPU, bytes per dimension per step with link and time, bubble."""
+    if not isinstance(plan, Plan):
+        raise ValueError(f"evaluate() needs a Plan, got {type(plan).__name__}")
+    m, hw, d = plan.model, plan.hardware, plan.dims
+    t, p, e = d.tp, d.pp, d.ep
+
+    # ---- memory: the most-loaded stage (its own states plus its own activations)
+    per_layer = lab_per_layer(plan)
+    per_stage = _stage_memory(plan, per_layer)
+    totals = [sum(terms.values()) + activ for terms, activ in per_stage]
+    by_stage = []
+    memo: Moments = {}  # stages alike in all a step's moments read share them
+    for st_, (terms_, activ_) in zip(plan.stages, per_stage, strict=True):
+        if plan.accounting.name == "lab":
+            moments: tuple[Moment, ...] = (
+                Moment.of("model states + activations", {**_lab_terms(terms_), "activations": activ_}),
+            )
+        else:  # every moment but the optimizer step holds the in-flight saved bytes: price once, add them
+            moments = _with_saved(_base_moments(plan, st_, terms_, memo)[0], activ_)
+        by_stage.append(StagePeak(st_.index, moments, peak_moment(moments)))
+    k_peak = max(range(p), key=lambda k: (by_stage[k].peak.total, -k))
+    k_mem = max(range(p), key=lambda k: (totals[k], -k))
+    terms, activ = per_stage[k_mem]
+    states = sum(terms.values())
+    total = states + activ
+    st_mem = plan.stages[k_mem]
+    params_per_gpu = st_mem.dense_params / t + st_mem.expert_params / (d.etp * e)
+    if not math.isfinite(total):
+        raise ValueError(_OVERFLOW.format(s=plan.seq, h=m.hidden_size))
+
+    # ---- bytes per dimension, on the stage with the most layers (the most MoE layers among ties)
+    inputs = step_inputs(plan, terms)
+    acc = plan.accounting
+    notes = report_notes(plan, inputs.comm_bytes_per_step)
     peak = by_stage[k_peak].peak.total
     room = memory_budget(acc.name, hw, d, peak)
     floor = memory_floor(
@@ -471,16 +634,16 @@ def evaluate(plan: Plan) -> Report:
         fits=total <= hw.gpu_memory_bytes
         if acc.name == "lab"
         else (room.fits and memory_budget(acc.name, hw, d, floor).fits),
-        comm_bytes_per_step=comm,
-        link=link,
-        comm_time_s=times,
-        bubble=bubble_fraction(p, mb, v) if p > 1 else 0.0,
-        bubble_share=bubble_share_of_time(p, mb, v) if p > 1 else 0.0,
+        comm_bytes_per_step=inputs.comm_bytes_per_step,
+        link=inputs.link,
+        comm_time_s=inputs.comm_time_s,
+        bubble=inputs.bubble,
+        bubble_share=inputs.bubble_share,
         notes=notes,
-        grad_sync_bytes=grad_sync,
+        grad_sync_bytes=inputs.grad_sync_bytes,
         stage=k_mem,
-        traffic_stage=st.index,
-        collectives=collectives,
+        traffic_stage=inputs.traffic_stage,
+        collectives=inputs.collectives,
         by_stage=tuple(by_stage),
         peak_stage=k_peak,
         headroom=room,

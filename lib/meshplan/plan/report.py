@@ -13,7 +13,7 @@ from meshplan.core.collectives import Collective
 from meshplan.parallel.peak import Headroom, Moment
 from meshplan.plan.construct import Plan
 
-__all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Report", "StagePeak"]
+__all__ = ["DIMS", "MESH_KEYS", "TRAFFIC", "Report", "StagePeak", "StepInputs"]
 
 DIMS = ("dp", "tp", "pp", "cp", "ep")
 TRAFFIC = (*DIMS, "edp")  # the report's traffic keys: the five dimensions and the expert-data-parallel sync
@@ -28,6 +28,25 @@ class StagePeak:
     index: int
     moments: tuple[Moment, ...]
     peak: Moment
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the step-time model (``steptime.step_time``) reads of a plan's report: the traffic part of ``evaluate``
+    (``evaluation.step_inputs``: bytes, links, times and collectives of the traffic stage, the bubble) and the model
+    states of the reported stage. A ``Report`` carries the same fields with the same values; a search times the
+    plans that fit from this alone and builds their reports when they are read."""
+
+    plan: Plan
+    model_states_terms: Mapping[str, float]
+    comm_bytes_per_step: Mapping[str, float]
+    link: Mapping[str, str | None]
+    comm_time_s: Mapping[str, float]
+    grad_sync_bytes: Mapping[str, float]
+    collectives: Mapping[str, tuple[Collective, ...]]
+    traffic_stage: int
+    bubble: float
+    bubble_share: float
 
 
 @dataclass(frozen=True)

@@ -140,12 +140,45 @@ def _layer_tables(model: ModelSpec) -> _LayerTables:
     )
 
 
+@lru_cache(maxsize=64)
+def layer_kinds(model: ModelSpec) -> tuple[int, ...]:
+    """Each decoder layer's kind: the position of its ``LayerSpec`` among the model's distinct ones (0 for every
+    layer of a model without per-layer specs). Two stages whose layers have the same kinds in the same order hold
+    the same layers in all but their indices: ``layer_kinds(m)[st.layers.start:st.layers.stop]`` keys what is
+    priced once per stage shape (a search's plans of 61 stages have three shapes)."""
+    if not model.layers:
+        return (0,) * model.num_layers
+    ids: dict = {}
+    return tuple(ids.setdefault(L, len(ids)) for L in model.layers)
+
+
+@lru_cache(maxsize=4096)
+def stage_groups(
+    model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] | None = None, balance: str = "even"
+) -> tuple[tuple[int, ...], ...]:
+    """The stages of ``stages(model, pp, layers_per_stage, balance)`` grouped by what a stage's memory and time read
+    of it (its ends and its layers' kinds, ``layer_kinds``, hence its parameters): each group's stage indices in
+    order, the groups in the order of their first stage. Equal stages of a 61-stage plan are three groups."""
+    kinds = layer_kinds(model)
+    groups: dict[tuple, list[int]] = {}
+    for st in stages(model, pp, layers_per_stage, balance):
+        key = (st.index == 0, st.index == pp - 1, kinds[st.layers.start : st.layers.stop])
+        groups.setdefault(key, []).append(st.index)
+    return tuple(tuple(g) for g in groups.values())
+
+
 def stages(
     model: ModelSpec, pp: int, layers_per_stage: Sequence[int] | None = None, balance: str = "even"
 ) -> tuple[Stage, ...]:
     """Every pipeline stage of ``model`` split over ``pp`` ranks (equal stages unless ``layers_per_stage``)."""
     if balance not in ("even", "max"):
         raise ValueError(f"stage_balance={balance!r} must be 'even' or 'max'")
+    return _stages(model, pp, None if layers_per_stage is None else tuple(layers_per_stage), balance)
+
+
+# a search builds thousands of plans of one model with a few dozen stage layouts
+@lru_cache(maxsize=4096)
+def _stages(model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] | None, balance: str) -> tuple[Stage, ...]:
     L = model.num_layers
     lps = tuple(layers_per_stage) if layers_per_stage is not None else (L // pp,) * pp
     tab = _layer_tables(model)

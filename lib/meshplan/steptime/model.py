@@ -84,10 +84,11 @@ from meshplan.parallel import compute
 from meshplan.parallel.activations import activation_bytes_per_layer
 from meshplan.parallel.zero import sync_terms
 from meshplan.plan import Plan, Report
+from meshplan.plan.report import StepInputs
 from meshplan.schedule.formulas import dualpipe_idle
 from meshplan.spec.hardware import Hardware
 from meshplan.spec.models.spec import ModelSpec
-from meshplan.spec.stages import Stage
+from meshplan.spec.stages import Stage, layer_kinds
 
 TERMS = ("compute_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s", "optimizer_s")
 ACT_BYTES = 2  # bf16 activations on the wire
@@ -354,7 +355,7 @@ def _op_share(m, layers: range, recompute: str) -> float:
     return sum(compute.op_recomputed_params(L, m) for L in specs) / total if total else 0.0
 
 
-def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
+def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
     p, m, hw, d = report.plan, report.plan.model, report.plan.hardware, report.plan.dims
     t, c, e, s, b, h = d.tp, d.cp, d.ep, p.seq, p.micro_batch_size, m.hidden_size
     flash = ex.attention == "flash"
@@ -444,7 +445,7 @@ def _micro_batch(report: Report, st: Stage, ex: Execution, cal: Calibration) -> 
     return MicroBatch(forward, backward, gemm, tp_s, cp_s, ep_s)
 
 
-def _dp_exposed_s(report: Report, mb: MicroBatch, units: int, ex: Execution, cal: Calibration) -> float:
+def _dp_exposed_s(report: Report | StepInputs, mb: MicroBatch, units: int, ex: Execution, cal: Calibration) -> float:
     """Seconds of data-parallel synchronisation not hidden under compute (see the module docstring)."""
     p, hw, d = report.plan, report.plan.hardware, report.plan.dims
     m = p.micro_batches
@@ -481,41 +482,60 @@ def _dp_exposed_s(report: Report, mb: MicroBatch, units: int, ex: Execution, cal
     )
 
 
-def _slowest_stage(report: Report, ex: Execution, cal: Calibration) -> tuple[int, MicroBatch]:
-    """The pipeline stage whose micro-batch takes longest, and that time (stages with the same work computed once)."""
+def _slowest_stage(
+    report: Report | StepInputs, ex: Execution, cal: Calibration, memo: dict | None = None
+) -> tuple[int, MicroBatch]:
+    """The pipeline stage whose micro-batch takes longest, and that time (stages with the same work computed once).
+    ``memo`` (a search's, for plans of one model, hardware, sequence length, ledger, execution and calibration)
+    keeps each micro-batch time by all that ``_micro_batch`` reads of the plan besides those: the mesh's TP, CP, EP
+    and expert TP sizes and its TP, CP and EP links, the micro-batch size, recompute mode, sequence parallelism,
+    whether DualPipe runs, and the stage's layer kinds and whether it holds the head, so plans that differ in ZeRO
+    stage, DP or virtual stages share it."""
     p = report.plan
-    work = _layer_work(p.model, p.seq, ex.attention == "flash")
     best: tuple[int, MicroBatch] | None = None
     seen: set[tuple] = set()
-    for st in p.stages:
-        key = (
-            *(
-                work.span(col, st.layers)
-                for col in (work.dense_flop, work.expert_flop, work.softmax, work.linear, work.expert_params)
-            ),
-            st.num_layers,
-            st.full_attention_layers,
-            st.moe_layers,
-            st.index == p.pp - 1,
-        )
+    d, link = p.dims, report.link
+    shared = (
+        d.tp, d.cp, d.ep, d.etp, p.micro_batch_size, p.recompute, p.sequence_parallel, link["tp"], link["cp"],
+        link["ep"], dualpipe(p, ex),
+    )  # fmt: skip
+    kinds, stages = layer_kinds(p.model), p.stages
+    for group in p.stage_groups:  # in the order of their first stage
+        st = stages[group[0]]
+        # all _micro_batch reads of a stage: its layers' kinds (their work, attention and experts) and whether it
+        # holds the head
+        key = (kinds[st.layers.start : st.layers.stop], st.index == p.pp - 1)
         if key in seen:
             continue
         seen.add(key)
-        mb = _micro_batch(report, st, ex, cal)
+        if memo is None:
+            mb = _micro_batch(report, st, ex, cal)
+        else:
+            got = memo.get((shared, key))
+            if got is None:
+                got = memo[shared, key] = _micro_batch(report, st, ex, cal)
+            mb = got
         if best is None or mb.total_s > best[1].total_s:
             best = (st.index, mb)
     assert best is not None
     return best
 
 
-def step_time(report: Report, execution: Execution | None = None, calibration_: Calibration | None = None) -> StepTime:
+def step_time(
+    report: Report | StepInputs,
+    execution: Execution | None = None,
+    calibration_: Calibration | None = None,
+    _memo: dict | None = None,
+) -> StepTime:
     """Estimated seconds per optimizer step of ``report``'s plan (see the module docstring). ``execution`` defaults
-    to the plan's ledger's engine (``execution_for``), ``calibration_`` to the stored fit."""
+    to the plan's ledger's engine (``execution_for``), ``calibration_`` to the stored fit. ``report`` may be the
+    ``StepInputs`` of the plan (``plan.evaluation.step_inputs``: the same fields as its report); ``_memo`` is a
+    search's store of micro-batch times (``_slowest_stage``)."""
     p = report.plan
     ex = execution or execution_for(p.accounting.name)
     cal = calibration_ or calibration()
     m, pp, v = p.micro_batches, p.pp, p.virtual_stages
-    k, mb = _slowest_stage(report, ex, cal)
+    k, mb = _slowest_stage(report, ex, cal, _memo)
     hw = p.hardware
 
     link = report.link["pp"]
@@ -553,7 +573,7 @@ def step_time(report: Report, execution: Execution | None = None, calibration_: 
 RATES = ("peak_bf16_flop_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
 
 
-def _rate_of(term: str, report: Report) -> str | None:
+def _rate_of(term: str, report: Report | StepInputs) -> str | None:
     """The hardware rate ``term`` divides its work by (None for the bubble, which is made of the others)."""
     p, hw = report.plan, report.plan.hardware
     if term in ("tp_s", "cp_s", "ep_s", "pp_s"):
@@ -570,7 +590,7 @@ def _rate_of(term: str, report: Report) -> str | None:
     return None
 
 
-def _check_finite(st: StepTime, report: Report) -> None:
+def _check_finite(st: StepTime, report: Report | StepInputs) -> None:
     """ValueError naming the hardware rate that makes the step time infinite (or not a number): a rate so small that
     the work a term divides by it overflows a float, or that the terms' sum does. The rate is the failing term's own
     (its link's bandwidth, the bf16 peak, HBM bandwidth); for the bubble or a sum, the largest finite term's."""
@@ -599,7 +619,7 @@ def model_flop_per_step(report: Report) -> float:
     return compute.training_flop_per_sequence(p.model, p.seq, "none", causal=False) * p.global_batch
 
 
-def hardware_flop_per_step(report: Report) -> float:
+def hardware_flop_per_step(report: Report | StepInputs) -> float:
     """Model FLOP plus the plan's recomputation, in the same convention (HFU's numerator)."""
     p = report.plan
     return compute.training_flop_per_sequence(p.model, p.seq, p.recompute, causal=False) * p.global_batch
