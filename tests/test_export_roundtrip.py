@@ -5,14 +5,16 @@ shipped model, ledger and format; the Megatron-LM command passes ``bash -n``.
 The parsers below read an export as the engine would, with the engine's defaults, and know nothing of
 ``meshplan.export``:
 
-* Megatron-LM at 000c4ac (``megatron/training/arguments.py``): ``shlex.split`` of the command; the world is
+* Megatron-LM core_v0.19.0 (``megatron/training/arguments.py`` at 5be9626, and ``common_config.py``,
+  ``transformer_config.py`` whose fields its parser turns into flags): ``shlex.split`` of the command, the
+  environment it sets before ``torchrun`` left aside (tests/test_export_megatron_rules.py checks it); the world is
   ``--nnodes`` × ``--nproc_per_node``; dp = world ÷ (tp × pp × cp); ``--expert-tensor-parallel-size`` defaults to
-  the TP size (L439-L440); m = ``--global-batch-size`` ÷ (``--micro-batch-size`` × dp); v = layers ÷ (pp ×
-  ``--num-layers-per-virtual-pipeline-stage``); ``--sequence-parallel`` is dropped at TP 1 (L919-L928); ZeRO from
+  the TP size (L569-L570); m = ``--global-batch-size`` ÷ (``--micro-batch-size`` × dp); v = layers ÷ (pp ×
+  ``--num-layers-per-virtual-pipeline-stage``); ``--sequence-parallel`` is dropped at TP 1 (L1393-L1399); ZeRO from
   ``--use-distributed-optimizer`` or ``--use-megatron-fsdp --data-parallel-sharding-strategy`` (default
-  ``no_shard``, L2733); the ranks' order tp-cp-ep-dp-pp unless ``--use-tp-pp-dp-mapping`` (L2779-L2781);
-  ``--moe-layer-freq`` evaluated as a Python list expression (``moe_freq_type``, L310-L333) and ``--window-size``
-  as ``tuple_type`` reads it (L335-L345).
+  ``optim_grads_params``, L3023); the ranks' order tp-cp-ep-dp-pp unless ``--use-tp-pp-dp-mapping``
+  (``common_config.py`` L105); ``--moe-layer-freq`` evaluated as a Python list expression (``moe_freq_type``,
+  L326-L349) and ``--window-size`` as ``tuple_type`` reads it (L376).
 * torchtitan at 6404b93 (``tomllib``): dp = replicate × shard degree; FSDP reshards after forward unless
   ``never`` (``default``: not with PP, ``models/llama3/infra/parallelize.py`` L388-L396); gradient accumulation
   = global ÷ (local × dp) steps of ``local_batch_size`` rows (``train.py`` L200-L217), each split into
@@ -63,6 +65,9 @@ REFUSALS = (
     "virtual_stages > 1 with uneven stages",
     "torchtitan's expert parallelism borrows",
     "torchtitan's options make the first and last",
+    "learned positions: Megatron-LM refuses it",
+    "Gated DeltaNet key heads, which Megatron-Core splits",
+    "Gated DeltaNet value heads, which Megatron-Core splits",
 )
 
 
@@ -83,8 +88,9 @@ def megatron_args(text: str) -> tuple[dict[str, str], dict[str, str | None]]:
     """The torchrun options and the pretrain_gpt.py flags of an exported command (a flag without a value: None)."""
     argv = shlex.split(text.replace("\\\n", " "), comments=True)
     script = argv.index("pretrain_gpt.py")
-    assert argv[0] == "torchrun"
-    run = dict(a.removeprefix("--").split("=", 1) for a in argv[1:script])
+    start = argv.index("torchrun")  # after the environment: VAR=value, or env -u VAR
+    assert all("=" in a or a in ("env", "-u") or argv[i - 1] == "-u" for i, a in enumerate(argv[:start])), argv
+    run = dict(a.removeprefix("--").split("=", 1) for a in argv[start + 1 : script])
     flags: dict[str, str | None] = {}
     rest = argv[script + 1 :]
     i = 0
@@ -131,7 +137,7 @@ def megatron_plan_kwargs(text: str, model: str) -> dict:
         assert sum(lps) == L
     if "--use-megatron-fsdp" in f:
         zero = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[
-            f.get("--data-parallel-sharding-strategy") or "no_shard"
+            f.get("--data-parallel-sharding-strategy") or "optim_grads_params"
         ]
     else:
         zero = 1 if "--use-distributed-optimizer" in f else 0

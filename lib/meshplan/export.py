@@ -2,10 +2,10 @@
 and torchtitan's parallelism settings (TOML).
 
 The flag and option names follow the versions named in ``data/engines/*.json`` (each file lists the
-options read from that version's source, with the source): Megatron-LM at commit 000c4ac (after
-Megatron-Core v0.14, ``megatron/training/arguments.py``), torchtitan at commit 6404b93
-(``torchtitan/config/job_config.py``), PyTorch's ``torchrun``. ``engine_options(name)`` returns that list;
-the tests check every emitted flag against it.
+options read from that version's source, with the source): Megatron-LM core_v0.19.0 (commit 5be9626,
+``megatron/training/arguments.py`` and the Megatron-Core configs its parser derives options from), torchtitan at
+commit 6404b93 (``torchtitan/config/job_config.py``), PyTorch's ``torchrun``. ``engine_options(name)`` returns that
+list; the tests check every emitted flag against it.
 
 Mapping (the plan's terms → the engine's):
 
@@ -32,8 +32,8 @@ Mapping (the plan's terms → the engine's):
   into ``local_batch_size ÷ pipeline_parallel_microbatch_size`` micro-batches (``torchtitan/distributed/
   pipeline.py`` L64-L72). So the export writes local = b without PP (m accumulation steps) and local = b × m
   with it (m pipeline micro-batches of b, one accumulation step).
-* expert TP: Megatron-LM's ``--expert-tensor-parallel-size`` defaults to the TP size (``arguments.py`` L3105
-  and L439-L440), so the flag is written whenever the plan's expert TP differs from TP, with or without EP.
+* expert TP: Megatron-LM's ``--expert-tensor-parallel-size`` defaults to the TP size (``arguments.py``
+  L569-L570), so the flag is written whenever the plan's expert TP differs from TP, with or without EP.
   torchtitan at 6404b93 has no such option: experts split over TP like the dense layers (``ep_tp`` mesh,
   ``experiments/llama4/infra/parallelize.py`` L95-L105).
 * what the engine runs is what the header prices (``engine_plan``): an export is read back into the same plan,
@@ -42,7 +42,16 @@ Mapping (the plan's terms → the engine's):
 
 The Megatron-LM command is shell text: every value is quoted for bash (``shlex.quote``; Megatron's argparse
 then reads ``--moe-layer-freq '([0]*3+[1]*58)'`` as the Python list expression ``moe_freq_type`` evaluates,
-``arguments.py`` L310-L333, and ``--window-size '(4096,0)'`` as ``tuple_type`` strips and splits it, L335-L345).
+``arguments.py`` L326-L349, ``--linear-attention-freq '([1]*3+[0]*1)*16'`` as ``la_freq_type`` does, L351-L374,
+and ``--window-size '(4096,0)'`` as ``tuple_type`` strips and splits it, L376).
+
+What the price assumes, the command says (``data/engines/megatron-lm.json``'s ``priced_defaults`` and
+``startup_rules``, each with its line; ``scripts/check_megatron_export.py`` runs Megatron-LM's own parser,
+``validate_args`` and ``TransformerConfig`` on the exports): ``--overlap-grad-reduce`` (and
+``--overlap-param-gather`` with ZeRO ≥ 1) because the step time overlaps the data-parallel sync; the all-to-all
+dispatcher and grouped GEMMs for MoE; ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with TP or CP, unset under Megatron-FSDP,
+which also needs ``--ckpt-format fsdp_dtensor``; Gated DeltaNet layers as Megatron-Core's
+``gated_delta_net`` variant.
 
     >>> from meshplan import Plan
     >>> p = Plan.create("llama-3.1-70b", gpus=64, tp=4, pp=4, cp=2, seq=8192, micro_batches=256,
@@ -95,11 +104,13 @@ def engine_options(name: str) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class MegatronExport:
-    """``torchrun`` argv (up to the script), then ``pretrain_gpt.py`` flags as (flag, value or None)."""
+    """``torchrun`` argv (up to the script), then ``pretrain_gpt.py`` flags as (flag, value or None); ``env``: what
+    the command sets before ``torchrun`` (``VAR=value``, or ``env -u VAR``)."""
 
     torchrun: list
     flags: list
     notes: tuple = ()
+    env: tuple = ()
 
     def value(self, flag: str) -> str | None:
         for f, v in self.flags:
@@ -109,26 +120,34 @@ class MegatronExport:
 
     def command(self) -> str:
         """The shell command, one flag per line."""
-        lines = [" ".join([*self.torchrun, engine_file("megatron-lm")["script"]])]  # $MASTER_ADDR, $JOB_ID expand
+        lines = [" ".join([*self.env, *self.torchrun, engine_file("megatron-lm")["script"]])]  # $MASTER_ADDR expands
         lines += [f"    {f}" + (f" {shlex.quote(v)}" if v is not None else "") for f, v in self.flags]
         out = " \\\n".join(lines)
         return "\n".join([f"# note: {n}" for n in self.notes] + [out])
 
 
 def _freq_pattern(flags: list[int]) -> str:
-    """Megatron's --moe-layer-freq pattern as run-length Python: [0, 0, 1, 1, 1] → '([0]*2+[1]*3)'."""
+    """A per-layer 0/1 pattern as the Python list expression Megatron-LM evaluates (``--moe-layer-freq``,
+    ``--linear-attention-freq``): run-length, and its shortest repeating period once, times the repeats.
+
+        >>> _freq_pattern([0, 0, 1, 1, 1]), _freq_pattern([1, 1, 1, 0] * 16)
+        ('([0]*2+[1]*3)', '([1]*3+[0]*1)*16')
+    """
+    n = len(flags)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and flags == flags[:p] * (n // p))
     runs: list[list[int]] = []
-    for x in flags:
+    for x in flags[:period]:
         if runs and runs[-1][0] == x:
             runs[-1][1] += 1
         else:
             runs.append([x, 1])
-    return "(" + "+".join(f"[{x}]*{n}" for x, n in runs) + ")"
+    body = "(" + "+".join(f"[{x}]*{k}" for x, k in runs) + ")"
+    return body if period == n else f"{body}*{n // period}"
 
 
 def mtp_layers(model: ModelSpec) -> int:
-    """Depths of the model's multi-token-prediction module (Megatron-LM's ``--mtp-num-layers``, ``arguments.py``
-    L1691): ``ModelSpec.num_mtp_layers`` (Qwen3.5's ``mtp_num_hidden_layers``, DeepSeek-V3's
+    """Depths of the model's multi-token-prediction module (Megatron-LM's ``--mtp-num-layers``,
+    ``transformer_config.py`` L68): ``ModelSpec.num_mtp_layers`` (Qwen3.5's ``mtp_num_hidden_layers``, DeepSeek-V3's
     ``num_nextn_predict_layers``).
 
         >>> from meshplan import load_model
@@ -164,13 +183,30 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
             f.append(("--kv-channels", first.head_dim))
         if first.num_kv_heads != first.num_heads:
             f += [("--group-query-attention", None), ("--num-query-groups", first.num_kv_heads)]
-    if any(L.mixer == "linear_attention" for L in layers):
-        notes.append(
-            f"{m.name}'s linear-attention (Gated DeltaNet) layers have no pretrain_gpt.py flag at this "
-            "Megatron-LM commit: the flags describe softmax attention in every layer"
-        )
+    linear = [L for L in layers if L.mixer == "linear_attention"]
+    if linear:  # Megatron-Core's Gated DeltaNet (transformer_config.py L294 and L349-L368, checks L1347-L1382)
+        g = linear[0]
+        if len({(L.linear_num_key_heads, L.linear_num_value_heads, L.linear_key_head_dim, L.linear_value_head_dim,
+                 L.linear_conv_kernel) for L in linear}) > 1:  # fmt: skip
+            raise ValueError(f"{m.name}: Gated DeltaNet layers of different shapes; Megatron-LM sets one shape")
+        split = plan.tp * plan.cp  # Megatron-Core splits the heads over TP x CP (transformer_config.py L1371-L1382)
+        for heads, what in ((g.linear_num_key_heads, "key"), (g.linear_num_value_heads, "value")):
+            if heads % split:
+                raise ValueError(
+                    f"tp × cp = {plan.tp} × {plan.cp} does not divide {m.name}'s {heads} Gated DeltaNet {what} heads, "
+                    "which Megatron-Core splits over TP × CP"
+                )
+        f += [
+            ("--experimental-attention-variant", "gated_delta_net"),
+            ("--linear-attention-freq", _freq_pattern([int(L.mixer == "linear_attention") for L in layers])),
+            ("--linear-conv-kernel-dim", g.linear_conv_kernel),
+            ("--linear-key-head-dim", g.linear_key_head_dim),
+            ("--linear-value-head-dim", g.linear_value_head_dim),
+            ("--linear-num-key-heads", g.linear_num_key_heads),
+            ("--linear-num-value-heads", g.linear_num_value_heads),
+        ]
     if any(L.output_gate for L in attn):
-        notes.append("the gated attention output (q also yields a sigmoid gate) has no flag at this commit")
+        f.append(("--attention-output-gate", None))  # transformer_config.py L271
     if any(L.qk_norm for L in attn):
         f.append(("--qk-layernorm", None))
         if any(getattr(L, "qk_norm_scope", "head") == "projection" for L in attn):
@@ -232,8 +268,20 @@ def _shape_flags(plan: Plan) -> tuple[list, list]:
         f.append(("--mtp-num-layers", mtp_layers(m)))
     if m.params.components["vision"]:
         notes.append(f"{m.name}'s vision tower is not part of pretrain_gpt.py")
-    if m.max_position_embeddings:
-        f.append(("--max-position-embeddings", m.max_position_embeddings))
+    if m.max_position_embeddings:  # Megatron asserts it covers --seq-length (arguments.py L1314)
+        positions = m.max_position_embeddings
+        if plan.seq > positions:
+            if m.position_embedding == "learned":
+                raise ValueError(
+                    f"seq={plan.seq:,} is longer than {m.name}'s {positions:,} learned positions: Megatron-LM "
+                    "refuses it, and the model has no embedding for the positions beyond"
+                )
+            notes.append(
+                f"--max-position-embeddings raised from the config's {positions:,} to seq {plan.seq:,} (Megatron "
+                "asserts it covers the sequence; rotary positions have no table to grow)"
+            )
+            positions = plan.seq
+        f.append(("--max-position-embeddings", positions))
     return f, notes
 
 
@@ -276,25 +324,40 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     flags.append(("--context-parallel-size", plan.cp))
     if plan.ep > 1:
         flags.append(("--expert-model-parallel-size", plan.ep))
-    if plan.etp != plan.tp:  # Megatron's default is the TP size (arguments.py L439-L440), with or without EP
+    if plan.etp != plan.tp:  # Megatron's default is the TP size (arguments.py L569-L570), with or without EP
         flags.append(("--expert-tensor-parallel-size", plan.etp))
     flags += mapping
     if plan.sequence_parallel and plan.tp > 1:
         flags.append(("--sequence-parallel", None))
     notes = []
+    fsdp = plan.zero in (2, 3)
     if plan.zero == 1:
         flags.append(("--use-distributed-optimizer", None))
-    elif plan.zero in (2, 3):
+    elif fsdp:
         flags += [
             ("--use-megatron-fsdp", None),
             ("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params"),
+            ("--ckpt-format", "fsdp_dtensor"),  # Megatron-FSDP asserts it (arguments.py L1146-L1147)
         ]
-    if plan.recompute == "selective":
-        flags.append(("--recompute-granularity", "selective"))
+    # the step time prices the data-parallel sync overlapped with compute (steptime.Execution.dp_overlap);
+    # Megatron-LM overlaps it only when asked, both flags off by default (arguments.py L2968, L2989): the gradient
+    # reduce for any DP > 1, the parameter gather with a sharded optimizer (it needs one, L990-L995)
+    if plan.dp * plan.cp > 1:
+        flags.append(("--overlap-grad-reduce", None))
+        if plan.zero >= 1:
+            flags.append(("--overlap-param-gather", None))
+    if plan.recompute == "selective":  # Megatron's selective: the core attention ("core_attn", its default module)
+        flags += [("--recompute-granularity", "selective"), ("--recompute-modules", "core_attn")]
     elif plan.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", 1)]
     shape, shape_notes = _shape_flags(plan)
     flags += shape
+    if plan.model.is_moe:
+        # the all-to-all dispatch the EP traffic prices (the default dispatcher is allgather: transformer_config.py
+        # L862), and the experts as grouped GEMMs (off by default, L829)
+        if plan.ep > 1:
+            flags.append(("--moe-token-dispatcher-type", "alltoall"))
+        flags.append(("--moe-grouped-gemm", None))
     flags += [
         ("--seq-length", plan.seq),
         ("--micro-batch-size", plan.micro_batch_size),
@@ -302,7 +365,14 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
         ("--bf16", None),
     ]
     notes += shape_notes
-    return MegatronExport(run, [(f, None if v is None else str(v)) for f, v in flags], tuple(notes))
+    # CUDA_DEVICE_MAX_CONNECTIONS: TP or CP before Blackwell needs 1 (arguments.py L1413-L1439; harmless after),
+    # Megatron-FSDP needs anything but 1 (L1143-L1144), so the export unsets it there
+    env: list[str] = []
+    if fsdp:
+        env = ["env", "-u", "CUDA_DEVICE_MAX_CONNECTIONS"]
+    elif plan.tp > 1 or plan.cp > 1:
+        env = ["CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    return MegatronExport(run, [(f, None if v is None else str(v)) for f, v in flags], tuple(notes), tuple(env))
 
 
 def _mesh_axes(plan: Plan, order: str) -> tuple[str, ...]:
