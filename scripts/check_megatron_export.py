@@ -72,7 +72,7 @@ def load_arguments(checkout: Path):
     import torch
 
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
-    import megatron.training.arguments as arguments
+    import megatron.training.arguments as arguments  # type: ignore[import-not-found]  # the checkout, on the path
 
     arguments.get_device_arch_version = lambda: 9
     return arguments
