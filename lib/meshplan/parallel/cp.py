@@ -3,7 +3,9 @@
 Ring Attention (Liu et al. 2023) passes each rank's K and V chunk around the ring, c−1 hops, so every rank
 sends (c−1)/c of the full-sequence K and V per full-attention layer; Llama 3's all-gather based CP moves
 the same bytes. Linear-attention layers (the anchor's Gated DeltaNet) carry a fixed-size state instead and
-are not counted. Convention (the lab page's): forward only (CP's backward, which sends the K/V gradients
+are not counted in the lab page's ledger; Megatron-Core re-shards them from sequence to heads and back with
+all-to-alls whose bytes grow with the sequence (``linear_attention_cp_collectives``, the megatron ledger's).
+Convention (the lab page's): forward only (CP's backward, which sends the K/V gradients
 back, is ignored), bf16 K and V, no overlap.
 
 Causal attention's work for token i (1-based) is i (it attends to i tokens). Splitting the sequence into c
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from meshplan.core.collectives import RING_PASS, Collective, all_gather_bytes, ledger_bytes
+from meshplan.core.collectives import ALL_TO_ALL, RING_PASS, Collective, all_gather_bytes, ledger_bytes
 from meshplan.core.validation import check_count
 from meshplan.spec.model import load_model
 
@@ -87,6 +89,53 @@ def cp_collectives(
                 "K and V round the ring (recomputed attention)", RING_PASS, cp, kv, 1, "recompute", False, "attention"
             )
         )
+    return tuple(out)
+
+
+def linear_attention_widths(num_key_heads: int, num_value_heads: int, key_dim: int, value_dim: int, tp: int):
+    """(in, out) elements per token of a Gated DeltaNet layer on one TP rank around its recurrence: the in_proj
+    output (q, k, v, the output gate z, and beta and alpha, one per value head) and the gated norm's output (one
+    value vector per value head), as Megatron-Core splits them (``in_proj_split_sections``,
+    ``megatron/core/ssm/gated_delta_net/gdn.py#L41-L48`` at core_v0.19.0).
+
+        >>> linear_attention_widths(16, 48, 128, 128, 1)     # the anchor's
+        (16480.0, 6144.0)
+    """
+    for name, x in (("num_key_heads", num_key_heads), ("num_value_heads", num_value_heads), ("tp", tp)):
+        check_count(name, x)
+    width = 2 * num_key_heads * key_dim + 2 * num_value_heads * value_dim + 2 * num_value_heads
+    return width / tp, num_value_heads * value_dim / tp
+
+
+def linear_attention_cp_collectives(
+    s: int, b: int, in_width: float, out_width: float, cp: int, *, recompute: str = "none", act_bytes: int = ACT_BYTES
+) -> tuple[Collective, ...]:
+    """The all-to-alls of one Gated DeltaNet layer and one micro-batch on one GPU under context parallelism, as
+    Megatron-Core runs them: the recurrence needs the whole sequence, so the layer re-shards from s/c tokens of
+    every head to every token of 1/c of the heads (the in_proj output, ``tensor_a2a_cp2hp``) and back after its
+    gated norm (``tensor_a2a_hp2cp``); the backward sends both gradients the other way, and full recomputation
+    runs the forward's two again (``megatron/core/ssm/gated_delta_net/gdn.py#L134-L164``, ``common.py#L332-L363``
+    at core_v0.19.0). Each rank's local buffer is (s/c)·b·width elements in bf16 and it keeps 1/c of it; the
+    traffic grows with the sequence, unlike the layer's fixed-size state. The bytes ledger counts the forward two
+    (as it counts the forward K/V pass); nothing hides them. Units: bytes.
+
+        >>> [(c.phase, c.in_ledger) for c in linear_attention_cp_collectives(65536, 1, 16480, 6144, 4)]
+        [('forward', True), ('forward', True), ('backward', False), ('backward', False)]
+    """
+    check_count("cp", cp)
+    into = s // cp * b * in_width * act_bytes
+    back = s // cp * b * out_width * act_bytes
+    out = [
+        Collective("in_proj output, sequence to heads (forward)", ALL_TO_ALL, cp, into),
+        Collective("gated norm output, heads to sequence (forward)", ALL_TO_ALL, cp, back),
+        Collective("its gradient, sequence to heads (backward)", ALL_TO_ALL, cp, back, 1, "backward", False),
+        Collective("in_proj gradient, heads to sequence (backward)", ALL_TO_ALL, cp, into, 1, "backward", False),
+    ]
+    if recompute == "full":
+        out += [
+            Collective("in_proj output, sequence to heads (recompute)", ALL_TO_ALL, cp, into, 1, "recompute", False),
+            Collective("gated norm output, heads to sequence (recompute)", ALL_TO_ALL, cp, back, 1, "recompute", False),
+        ]
     return tuple(out)
 
 

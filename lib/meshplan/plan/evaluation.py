@@ -43,7 +43,12 @@ from functools import lru_cache
 
 from meshplan.core.collectives import Collective, ledger_bytes
 from meshplan.parallel import activations as act
-from meshplan.parallel.cp import cp_collectives, kv_width_per_gpu
+from meshplan.parallel.cp import (
+    cp_collectives,
+    kv_width_per_gpu,
+    linear_attention_cp_collectives,
+    linear_attention_widths,
+)
 from meshplan.parallel.dp import grad_sync_bytes
 from meshplan.parallel.engine_activations import _stage_parts, stage_bytes
 from meshplan.parallel.ep import ep_collectives, tokens_per_gpu
@@ -484,11 +489,21 @@ def peak_line(total: float, moment: str, stage: int, pp: int, room: Headroom) ->
 
 @lru_cache(maxsize=8192)
 def _collectives(
-    m: ModelSpec, s: int, b: int, t: int, c: int, e: int, recompute: str, sp: bool, regather: bool
+    m: ModelSpec, s: int, b: int, t: int, c: int, e: int, recompute: str, sp: bool, regather: bool, linear_cp: bool
 ) -> tuple[tuple[str, tuple[Collective, ...]], ...]:
     """TP's, CP's and EP's collectives per unit and micro-batch (built once per what they read: a search asks the
-    same lists for every ZeRO stage, DP size and virtual stage count)."""
+    same lists for every ZeRO stage, DP size and virtual stage count). ``cp_linear``: CP's all-to-alls per Gated
+    DeltaNet layer, where the ledger's engine runs them (``Accounting.linear_attention_cp``)."""
+    linear = next((L for L in m.layers if L.mixer == "linear_attention"), None) if linear_cp and c > 1 else None
+    cp_linear: tuple[Collective, ...] = ()
+    if linear is not None:
+        widths = linear_attention_widths(
+            linear.linear_num_key_heads, linear.linear_num_value_heads, linear.linear_key_head_dim,
+            linear.linear_value_head_dim, t,
+        )  # fmt: skip
+        cp_linear = linear_attention_cp_collectives(s, b, *widths, c, recompute=recompute)
     return (
+        ("cp_linear", cp_linear),
         ("tp", tp_collectives(s // c, b, m.hidden_size, t, recompute=recompute, regather=regather) if t > 1 else ()),
         (
             "cp",
@@ -544,6 +559,7 @@ def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInpu
             plan.recompute,
             plan.sequence_parallel,
             acc.tp_backward_regather and plan.sequence_parallel,
+            acc.linear_attention_cp,
         )
     )
     comm["tp"] = ledger_bytes(collectives["tp"]) * st.num_layers * mb
@@ -551,6 +567,7 @@ def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInpu
     if acc.pp_send_divided(plan.sequence_parallel):
         comm["pp"] /= t
     comm["cp"] += ledger_bytes(collectives["cp"]) * st.full_attention_layers * mb
+    comm["cp"] += ledger_bytes(collectives["cp_linear"]) * st.linear_attention_layers * mb
     comm["ep"] = ledger_bytes(collectives["ep"]) * st.moe_layers * mb
     if not all(math.isfinite(x) for x in comm.values()):
         raise ValueError(_OVERFLOW.format(s=s, h=h))

@@ -177,6 +177,9 @@ class Accounting:
             ``pipe_partitioned``, which all-gathers it over TP on arrival): ``pp_send_divided_needs_sp``.
         tp_backward_regather: the sequence-parallel backward all-gathers each column-parallel input again
             (Megatron-LM), +2 all-gathers per layer per micro-batch (``tp.megatron_sp_regather_bytes_per_layer``).
+        linear_attention_cp: context parallelism re-shards each Gated DeltaNet layer from sequence to heads and back
+            with all-to-alls (Megatron-Core: ``cp.linear_attention_cp_collectives``); False: the layer's fixed-size
+            state is all it needs (the lab page's convention), or the engine has no CP for these layers.
         unsharded_weight_bytes: ZeRO stage → bytes per parameter held unsharded besides the sharded states (FSDP2
             without resharding after forward keeps the bf16 weights from forward to backward).
         unsharded_with_pp_bytes: bytes per parameter held unsharded for the whole step with pipeline parallelism
@@ -199,6 +202,7 @@ class Accounting:
     pp_send_divided_by_tp: bool = False
     pp_send_divided_needs_sp: bool = True
     tp_backward_regather: bool = False
+    linear_attention_cp: bool = False
     unsharded_weight_bytes: Mapping[int, int] = field(default_factory=dict)
     unsharded_with_pp_bytes: int = 0
     activations: str = "korthikanti"
@@ -317,6 +321,7 @@ MEGATRON = Accounting(
     },
     pp_send_divided_by_tp=True,
     tp_backward_regather=True,
+    linear_attention_cp=True,
     activations="engine",
     kv_replication=False,
     sources={
@@ -329,6 +334,9 @@ MEGATRON = Accounting(
         "pp_send_divided_by_tp": _MEGATRON + "megatron/core/pipeline_parallel/schedules.py#L1939-L1945 "
         "(get_tensor_shapes: s/(cp·t) with sequence parallelism)",
         "tp_backward_regather": _MEGATRON + "megatron/core/tensor_parallel/layers.py#L508-L522",
+        "linear_attention_cp": "NVIDIA/Megatron-LM at core_v0.19.0 (5be9626): "
+        "megatron/core/ssm/gated_delta_net/gdn.py#L134-L164 (the in_proj output all-to-all, CP to heads) and "
+        "common.py#L332-L363 (the gated norm's output all-to-all, heads to CP)",
         "kv_replication": _KV_SOURCE,
         "activations": "meshplan.parallel.engine_activations (transformers 5.23.0's saved tensors, SDPA, "
         "device='cuda'); "

@@ -86,6 +86,8 @@ class Stage:
             whole sequence's K and V whatever the window, as ``ModelSpec.num_full_attention_layers`` counts them);
             linear-attention layers keep a fixed-size state instead.
         moe_layers: layers with routed experts.
+        linear_attention_layers: Gated DeltaNet layers (``linear_attention``), which context parallelism
+            re-shards with all-to-alls in Megatron-Core.
     """
 
     index: int
@@ -94,6 +96,7 @@ class Stage:
     expert_params: float
     full_attention_layers: int
     moe_layers: int
+    linear_attention_layers: int = 0
 
     @property
     def num_layers(self) -> int:
@@ -117,6 +120,7 @@ class _LayerTables:
     experts: tuple[int, ...]  # routed-expert parameters
     moe: tuple[int, ...]  # layers with routed experts
     full: tuple[int, ...] | None  # layers whose attention spans the whole sequence
+    linear: tuple[int, ...]  # linear-attention (Gated DeltaNet) layers
 
 
 def _prefix(values) -> tuple[int, ...]:
@@ -137,6 +141,7 @@ def _layer_tables(model: ModelSpec) -> _LayerTables:
         experts=_prefix(lexp),
         moe=_prefix(1 if x else 0 for x in lexp),
         full=_prefix(int(_full_attention(model, i)) for i in range(L)) if model.layers else None,
+        linear=_prefix(int(bool(model.layers) and model.layers[i].mixer == "linear_attention") for i in range(L)),
     )
 
 
@@ -208,6 +213,16 @@ def _stages(model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] | None,
             full = tab.full[end] - tab.full[start]
         else:
             full = model.num_full_attention_layers * n // L
-        out.append(Stage(k, range(start, end), dense, experts, full, tab.moe[end] - tab.moe[start]))
+        out.append(
+            Stage(
+                k,
+                range(start, end),
+                dense,
+                experts,
+                full,
+                tab.moe[end] - tab.moe[start],
+                tab.linear[end] - tab.linear[start],
+            )
+        )
         start = end
     return tuple(out)

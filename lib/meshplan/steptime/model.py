@@ -427,6 +427,9 @@ def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Cal
     # attention of the chunk in hand when the engine overlaps it
     cp_s = 0.0
     link = report.link["cp"]
+    if c > 1 and link and st.linear_attention_layers:  # Megatron-Core's Gated DeltaNet all-to-alls: nothing hides them
+        linear = report.collectives.get("cp_linear", ())
+        cp_s += sum(x.count * seconds(x, link) for x in linear) * st.linear_attention_layers
     if c > 1 and link and st.full_attention_layers:
         attn_pass = attention_pass / st.full_attention_layers
         for ring in report.collectives["cp"]:
@@ -504,7 +507,7 @@ def _slowest_stage(
         st = stages[group[0]]
         # all _micro_batch reads of a stage: its layers' kinds (their work, attention and experts) and whether it
         # holds the head
-        key = (kinds[st.layers.start : st.layers.stop], st.index == p.pp - 1)
+        key = (kinds[st.layers.start : st.layers.stop], st.index == p.pp - 1)  # linear layers among the kinds
         if key in seen:
             continue
         seen.add(key)
