@@ -92,7 +92,9 @@ def cp_collectives(
     return tuple(out)
 
 
-def linear_attention_widths(num_key_heads: int, num_value_heads: int, key_dim: int, value_dim: int, tp: int):
+def linear_attention_widths(
+    num_key_heads: int, num_value_heads: int, key_dim: int, value_dim: int, tp: int
+) -> tuple[float, float]:
     """(in, out) elements per token of a Gated DeltaNet layer on one TP rank around its recurrence: the in_proj
     output (q, k, v, the output gate z, and beta and alpha, one per value head) and the gated norm's output (one
     value vector per value head), as Megatron-Core splits them (``in_proj_split_sections``,

@@ -501,7 +501,7 @@ def _collectives(
             linear.linear_num_key_heads, linear.linear_num_value_heads, linear.linear_key_head_dim,
             linear.linear_value_head_dim, t,
         )  # fmt: skip
-        cp_linear = linear_attention_cp_collectives(s, b, *widths, c, recompute=recompute)
+        cp_linear = linear_attention_cp_collectives(s, b, widths[0], widths[1], c, recompute=recompute)
     return (
         ("cp_linear", cp_linear),
         ("tp", tp_collectives(s // c, b, m.hidden_size, t, recompute=recompute, regather=regather) if t > 1 else ()),
