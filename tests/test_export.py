@@ -251,7 +251,7 @@ def test_engine_files_name_their_versions_and_sources():
     assert "5be9626709af2722333bf54797c954c09edeada3" in engine_file("megatron-lm")["version"]
     assert "6404b932421f5ce382e7dac5ad381b2c17b1373c" in engine_file("torchtitan")["version"]
     with pytest.raises(ValueError, match="unknown engine"):
-        engine_file("deepspeed")
+        engine_file("nemo")
     with pytest.raises(ValueError, match="format='x'"):
         export_text(guide_plan(), "x")
 

@@ -47,6 +47,8 @@ def test_the_export_obeys_megatrons_startup_rules(name, plan):
         assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     # fsdp_dtensor_checkpoints / fsdp_dtensor_needs_fsdp
     assert (flags.get("--ckpt-format") == "fsdp_dtensor") == fsdp
+    # the fp32 main gradients the ledger counts (Megatron-FSDP's default follows the bf16 model)
+    assert (flags.get("--megatron-fsdp-main-grads-dtype") == "fp32") == fsdp
     # param_gather_needs_sharding, and the price's overlapped data-parallel sync
     sharded = fsdp or "--use-distributed-optimizer" in flags
     assert ("--overlap-grad-reduce" in flags) == (plan.dp * plan.cp > 1)

@@ -1,5 +1,8 @@
 """Export a plan to the engines readers run: Megatron-LM's ``pretrain_gpt.py`` flags with a ``torchrun`` line,
-and torchtitan's parallelism settings (TOML).
+torchtitan's parallelism settings (TOML), and DeepSpeed's config JSON (``export_deepspeed``: DeepSpeed alone on a
+transformers model, data parallelism with ZeRO; the price and notes as ``#`` lines above the JSON, which
+``deepspeed.initialize`` reads with hjson; strip them, ``grep -v '^#'``, for a loader that wants strict JSON, such
+as transformers' Trainer).
 
 The flag and option names follow the versions named in ``data/engines/*.json`` (each file lists the
 options read from that version's source, with the source): Megatron-LM core_v0.19.0 (commit 5be9626,
@@ -70,16 +73,17 @@ from functools import cache
 
 from meshplan.core.resources import DATA_DIR
 from meshplan.core.units import fmt_gb
+from meshplan.export_deepspeed import deepspeed_config
 from meshplan.parallel.engine_activations import op_projections, spec_implementation
 from meshplan.plan import Plan, evaluate
 from meshplan.spec.dims import MEGATRON_ORDER, parse_order
 from meshplan.spec.model import ModelSpec
 
 ENGINES_DIR = DATA_DIR / "engines"
-FORMATS = ("megatron", "torchtitan")
+FORMATS = ("megatron", "torchtitan", "deepspeed")
 TORCHTITAN_COMMIT = "6404b93"
 TORCHTITAN_MODELS = {"llama": "Llama 3", "deepseek_v3": "DeepSeek-V3"}  # torchtitan/models/ at that commit
-ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2"}  # the ledger each export is priced in
+ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2", "deepspeed": "deepspeed"}  # each export's ledger
 # torchtitan's device mesh, outermost first ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
 # (torchtitan/distributed/parallel_dims.py L136-L139 at 6404b93), in the library's inner-to-outer order strings
 TORCHTITAN_ORDER = MEGATRON_ORDER
@@ -99,6 +103,8 @@ def engine_options(name: str) -> frozenset[str]:
     d = engine_file(name)
     if "flags" in d:
         return frozenset(d["flags"])
+    if name == "deepspeed":  # config keys as dotted paths (zero_optimization.stage)
+        return frozenset(d["options"])
     return frozenset(f"{sec}.{opt}" for sec, opts in d["options"].items() for opt in opts)
 
 
@@ -338,6 +344,9 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
             ("--use-megatron-fsdp", None),
             ("--data-parallel-sharding-strategy", "optim_grads" if plan.zero == 2 else "optim_grads_params"),
             ("--ckpt-format", "fsdp_dtensor"),  # Megatron-FSDP asserts it (arguments.py L1146-L1147)
+            # the ledger's fp32 main gradients and fp32 reduce-scatters (18 bytes per parameter before sharding);
+            # the default 'auto' keeps them in bf16 under --bf16 (arguments.py L3524-L3527)
+            ("--megatron-fsdp-main-grads-dtype", "fp32"),
         ]
     # the step time prices the data-parallel sync overlapped with compute (steptime.Execution.dp_overlap);
     # Megatron-LM overlaps it only when asked, both flags off by default (arguments.py L2968, L2989): the gradient
@@ -579,10 +588,16 @@ def price_note(plan: Plan) -> str:
 
 
 def export_text(plan: Plan, fmt: str, ledger: str | None = None) -> str:
-    """The export of ``plan`` in format ``megatron`` or ``torchtitan`` (ValueError for another), headed by the price
+    """The export of ``plan`` in format ``megatron``, ``torchtitan`` or ``deepspeed`` (ValueError for another), headed
+    by the price
     of what the engine runs (``engine_plan``) in ``ledger`` (default: the plan's own; the command line prices a
     Megatron-LM export in the ``megatron`` ledger and a torchtitan one in ``fsdp2``, ``ENGINE_LEDGER``)."""
     priced = engine_plan(plan, fmt, ledger)
     if fmt == "megatron":
         return f"# {price_note(priced)}\n" + megatron(plan).command()
+    if fmt == "deepspeed":  # JSON with '#' lines above it: DeepSpeed reads its config with hjson (module docstring)
+        config, notes = deepspeed_config(plan)
+        return "".join(f"# {line}\n" for line in (price_note(priced), *(f"note: {n}" for n in notes))) + (
+            json.dumps(config, indent=2) + "\n"
+        )
     return f"# {price_note(priced)}\n" + toml(*torchtitan(plan))

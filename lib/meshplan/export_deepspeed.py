@@ -28,11 +28,11 @@ Mapping (the plan's terms → DeepSpeed's):
 * ``overlap_comm``: true for ZeRO-1, 2 and 3, because the step time overlaps the data-parallel sync
   (``steptime.ENGINE_EXECUTION["deepspeed"]``, ``dp_overlap=True``). DeepSpeed's default is true for ZeRO-3 only
   (``deepspeed/runtime/zero/config.py`` L138 and L383-L387); for ZeRO-1/2 overlap_comm double-buffers the gradient
-  bucket (``stage_1_and_2.py`` L3256-L3280): 2 × ``reduce_bucket_size`` bf16 elements = 2 GB per GPU, where the
-  deepspeed ledger counts one (``evaluation.DEEPSPEED_BUCKET_BYTES``, priced with DeepSpeed's default
-  ``overlap_comm=false``). ``buffer_bytes`` gives what a config allocates; the notes say where the ledger counts
-  other bytes. ZeRO-0 has no overlap option: the engine all-reduces the gradients after the accumulation boundary's
-  backward (``engine.py`` L3073-L3095), noted.
+  bucket (``stage_1_and_2.py`` L3256-L3280): 2 × ``reduce_bucket_size`` bf16 elements = 2 GB per GPU, which the
+  deepspeed ledger counts (``evaluation.DEEPSPEED_BUCKET_BYTES``), as it counts ZeRO-3's reduce buffer
+  (``DEEPSPEED_Z3_REDUCE_BYTES``). ``buffer_bytes`` gives what a config allocates; a note says where the ledger
+  would count other bytes (none for the configs written here). ZeRO-0 has no overlap option: the engine all-reduces
+  the gradients after the accumulation boundary's backward (``engine.py`` L3073-L3095), noted.
 * recompute: applied by the model, not the config. ``full`` is transformers' ``model.gradient_checkpointing_enable()``
   (each decoder layer a ``GradientCheckpointingLayer``, recomputed whole in the backward); DeepSpeed's
   ``activation_checkpointing`` section configures ``deepspeed.checkpointing.checkpoint``, which a transformers model
@@ -56,7 +56,7 @@ from typing import Any
 from meshplan.core.resources import DATA_DIR
 from meshplan.core.units import fmt_gb
 from meshplan.plan import Plan
-from meshplan.plan.evaluation import DEEPSPEED_BUCKET_BYTES
+from meshplan.plan.evaluation import DEEPSPEED_BUCKET_BYTES, DEEPSPEED_Z3_REDUCE_BYTES
 
 DEEPSPEED_VERSION = "0.19.8"
 # The ledger's assumptions, in elements (DeepSpeed's defaults at v0.19.8, deepspeed/runtime/zero/config.py)
@@ -197,11 +197,12 @@ def _buffer_notes(zero: int, config: dict) -> list[str]:
                 f"memory: stage3_max_live_parameters allows {fmt_gb(have['live parameters'])} of gathered bf16 "
                 f"parameters; the deepspeed ledger counts {fmt_gb(ledger)}"
             )
-        out.append(
-            f"memory: ZeRO-3 also keeps a gradient bucket of reduce_bucket_size bf16 = "
-            f"{fmt_gb(have['gradient bucket'])} per GPU from the start (deepspeed/runtime/zero/stage3.py L780-L784), "
-            "which the deepspeed ledger does not count"
-        )
+        if have["gradient bucket"] != DEEPSPEED_Z3_REDUCE_BYTES:
+            out.append(
+                f"memory: ZeRO-3 keeps a gradient bucket of {fmt_gb(have['gradient bucket'])} per GPU "
+                f"(deepspeed/runtime/zero/stage3.py L780-L784); the deepspeed ledger counts "
+                f"{fmt_gb(DEEPSPEED_Z3_REDUCE_BYTES)}"
+            )
         return out
     return []
 

@@ -168,8 +168,10 @@ class StageStep:
             decoder layer, of the output unit (final norm + lm_head) and of the embedding.
         shard: ranks FSDP2/ZeRO-3 shard a unit over; micro_batches: per step (m); layers: on the stage.
         zero: the ZeRO stage; pipelined: pp > 1; first, last: the stage holds the embedding / the head.
-        bucket_bytes: DeepSpeed ZeRO-1/2's gradient bucket (``reduce_bucket_size`` × its dtype, × 2 with
+        bucket_bytes: DeepSpeed ZeRO-1/2's gradient buckets (``reduce_bucket_size`` × its dtype, × 2 with
             ``overlap_comm``); ZeRO-3's live-parameter limit in bytes (``stage3_max_live_parameters`` × 2).
+        reduce_bucket_bytes: DeepSpeed ZeRO-3's reduce buffer (``reduce_bucket_size`` × its dtype), held through
+            the backward.
         mlp_weight_grads: bf16 bytes of all the MLP's weight gradients (every local expert's, for MoE).
         gather_kept: FSDP2 keeps a layer's all-gather output beside its unsharded parameters while it computes
             (parameters sharded on a dimension other than 0: torchtitan shards routed experts on dim 1 when the
@@ -205,6 +207,7 @@ class StageStep:
     first: bool = True
     last: bool = True
     bucket_bytes: float = 0.0
+    reduce_bucket_bytes: float = 0.0
     mlp_weight_grads: float = 0.0
     gather_kept: bool = False
     loss_parallel: bool = False
@@ -380,7 +383,7 @@ def step_moments(s: StageStep) -> tuple[Moment, ...]:
 
     # deepspeed (transformers models, so transformers' loss)
     live = min(s.bucket_bytes, s.layers * s.layer_weights) if s.zero == 3 else 0.0
-    bucket = s.bucket_bytes if s.zero in (1, 2) else 0.0
+    bucket = s.bucket_bytes if s.zero in (1, 2) else s.reduce_bucket_bytes
     if s.last:
         fwd = loss_working_bytes(s.tokens, s.vocab, "deepspeed", "forward")
         out.append(_moment("loss forward", base, unsharded_parameters=live, activations=s.saved, temporaries=fwd))

@@ -160,11 +160,14 @@ def _stage_memory(plan: Plan, per_layer_activations: float) -> list[tuple[dict[s
     return out
 
 
-# DeepSpeed's defaults (deepspeed/runtime/zero/config.py#L113 and #L238 at v0.19.5): ZeRO-1/2 fill one gradient
-# bucket of ``reduce_bucket_size`` = 5e8 elements in the bf16 training dtype (stage_1_and_2.py#L2476-L2479, one
-# buffer: ``overlap_comm`` is off by default for ZeRO-1/2); ZeRO-3 keeps up to ``stage3_max_live_parameters`` = 1e9
-# bf16 parameters gathered.
-DEEPSPEED_BUCKET_BYTES = {1: 2 * 5e8, 2: 2 * 5e8, 3: 2 * 1e9}
+# DeepSpeed v0.19.8 as the export configures it (``export_deepspeed``: its defaults written out, and overlap_comm on,
+# as the step time overlaps the data-parallel sync): ZeRO-1/2 keep two gradient buckets of ``reduce_bucket_size`` =
+# 5e8 elements in the bf16 training dtype (deepspeed/runtime/zero/config.py#L113; stage_1_and_2.py#L3256-L3280: the
+# second bucket is allocated with overlap_comm, #L3272-L3278); ZeRO-3 keeps up to ``stage3_max_live_parameters`` =
+# 1e9 bf16 parameters gathered (config.py#L245) and one reduce buffer of ``reduce_bucket_size`` bf16 elements
+# (stage3.py#L477, #L780-L784).
+DEEPSPEED_BUCKET_BYTES = {1: 2 * 2 * 5e8, 2: 2 * 2 * 5e8, 3: 2 * 1e9}
+DEEPSPEED_Z3_REDUCE_BYTES = 2 * 5e8
 _STATE_TERM = {
     "weights": "parameters",
     "grads": "gradients",
@@ -310,6 +313,9 @@ def _stage_step(
         first=first,
         last=last,
         bucket_bytes=DEEPSPEED_BUCKET_BYTES.get(plan.zero, 0.0) if plan.accounting.name == "deepspeed" else 0.0,
+        reduce_bucket_bytes=DEEPSPEED_Z3_REDUCE_BYTES
+        if plan.accounting.name == "deepspeed" and plan.zero == 3
+        else 0.0,
         mlp_weight_grads=wgrads,
         gather_kept=fsdp2 and experts > 0 and d.expert_dp * d.ep > experts and stage.moe_layers > 0,
         loss_parallel=fsdp2 and t > 1,

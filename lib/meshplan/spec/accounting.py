@@ -7,9 +7,14 @@ The course keeps two kinds of ledger.
   Adam moments), activations by Korthikanti et al. 2022 (a GPT layer), bf16 gradients on the wire once per step
   (``zero.LAB_SYNC``), pipeline sends of the full s·b·h activation, the paper's four TP collectives per layer.
 * ``megatron``, ``fsdp2`` and ``deepspeed`` are what each engine allocates and sends at the versions named in
-  ``data/engines/`` (Megatron-LM at 000c4ac, PyTorch 2.13.0's FSDP2 as torchtitan 6404b93 configures it,
-  DeepSpeed v0.19.5). Each choice that differs from the lab's names the engine's file and lines; the full
-  evidence (quotes, notes) is ``data/engines/conventions.json``, read by ``source(choice)``.
+  ``data/engines/`` (Megatron-LM: its choices re-verified at core_v0.19.0 in ``conventions.json``, the cited lines
+  below still at 000c4ac, where the code they cite is unchanged but for two choices: Megatron-FSDP's main gradients,
+  bf16 by default at core_v0.19.0, which the export sets to the fp32 this ledger counts, and TP beyond the KV heads,
+  which core_v0.19.0 allows by replicating them and this ledger still refuses, as 000c4ac did; PyTorch 2.13.0's
+  FSDP2 as torchtitan 6404b93 configures it; DeepSpeed v0.19.5, re-checked against the 0.19.8 release, whose
+  buffers the DeepSpeed export configures and ``plan.evaluation.DEEPSPEED_BUCKET_BYTES`` counts). Each choice that
+  differs from the lab's names the engine's file and lines; the full evidence (quotes, notes) is
+  ``data/engines/conventions.json``, read by ``source(choice)``.
 
 How each engine maps the plan's ZeRO stage:
 
@@ -285,7 +290,8 @@ _DS = "deepspeedai/DeepSpeed v0.19.5: "
 _KV_SOURCE = (
     _MEGATRON + "megatron/core/transformer/attention.py#L180 (num_query_groups_per_partition = "
     "divide(num_query_groups, world_size)) and megatron/core/utils.py#L468-L477 (ensure_divisibility "
-    "asserts): the KV heads must divide among the TP ranks"
+    "asserts): the KV heads must divide among the TP ranks (core_v0.19.0 replicates them when TP exceeds them, "
+    "attention.py#L353-L367 and transformer_config.py#L1338-L1345 at 5be9626: not priced here, so still refused)"
 )
 
 LAB = Accounting(
