@@ -15,7 +15,7 @@ H100 = "h100-sxm-80gb"
 
 
 def _plan(accounting: str, model: str = "qwen3.8-27b", cp: int = 8, seq: int = 131072, **kw) -> Plan:
-    return Plan.create(model, gpus=64, tp=4, cp=cp, seq=seq, hardware=H100, accounting=accounting, **kw)
+    return Plan.create(model, gpus=64, tp=2, cp=cp, seq=seq, hardware=H100, accounting=accounting, **kw)
 
 
 def test_the_megatron_ledger_sends_the_all_to_alls_of_every_linear_layer():
@@ -26,9 +26,9 @@ def test_the_megatron_ledger_sends_the_all_to_alls_of_every_linear_layer():
     st = p.stages[r.traffic_stage]
     assert st.linear_attention_layers == 48 and st.full_attention_layers == 16
     into, back = linear_attention_widths(
-        L.linear_num_key_heads, L.linear_num_value_heads, L.linear_key_head_dim, L.linear_value_head_dim, 4
+        L.linear_num_key_heads, L.linear_num_value_heads, L.linear_key_head_dim, L.linear_value_head_dim, 2
     )
-    assert (into, back) == (16480 / 4, 6144 / 4)
+    assert (into, back) == (16480 / 2, 6144 / 2)
     coll = linear_attention_cp_collectives(131072, 1, into, back, 8)
     forward = 7 / 8 * (131072 // 8) * (into + back) * 2  # each rank keeps 1/c of its buffer, bf16
     assert sum(c.sent_bytes for c in coll if c.in_ledger) == pytest.approx(forward, rel=1e-12)
@@ -52,3 +52,15 @@ def test_no_linear_layers_no_all_to_alls():
     r = evaluate(Plan.create("llama-3.1-70b", gpus=64, tp=4, cp=8, seq=131072, hardware=H100, accounting="megatron"))
     assert r.collectives["cp_linear"] == ()
     assert evaluate(_plan("megatron", cp=1, seq=8192, zero=1)).collectives["cp_linear"] == ()
+
+
+def test_the_megatron_ledger_refuses_a_split_megatron_core_asserts_against():
+    """TP × CP must divide the Gated DeltaNet key and value heads (transformer_config.py L1371-L1382 at
+    core_v0.19.0): TP 4 × CP 16 does not divide the anchor's 16 key heads; the lab page's ledger has no such rule."""
+    from meshplan.core.validation import PlanError
+
+    with pytest.raises(PlanError, match=r"tp × cp = 4 × 16 does not divide 16 linear-attention key heads") as err:
+        Plan.create("qwen3.8-27b", gpus=64, tp=4, cp=16, seq=131072, zero=3, accounting="megatron")
+    assert err.value.factor == "cp"
+    Plan.create("qwen3.8-27b", gpus=64, tp=4, cp=16, seq=131072, zero=3, accounting="fsdp2")
+    Plan.create("qwen3.8-27b", gpus=64, tp=1, cp=16, seq=131072, zero=3, accounting="megatron")

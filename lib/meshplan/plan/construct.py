@@ -322,6 +322,18 @@ class Plan:
         check_nodes(d.world_size, self.hardware.gpus_per_node)
         self.accounting.check(self.zero, d.pp)
         _check_tp_heads(m, d.tp, self.kv_replication and self.accounting.kv_replication)
+        if self.accounting.linear_attention_cp and d.cp > 1:  # Megatron-Core splits Gated DeltaNet heads over TP × CP
+            for heads, what in (
+                (m.linear_num_key_heads, "linear-attention key heads"),
+                (m.linear_num_value_heads, "linear-attention value heads"),
+            ):
+                if heads and heads % (d.tp * d.cp):
+                    raise PlanError(
+                        f"cp={d.cp}: tp × cp = {d.tp} × {d.cp} does not divide {heads} {what}, which the "
+                        f"{self.accounting.name} ledger's engine splits over TP × CP (Megatron-Core's "
+                        "transformer_config.py L1371-L1382 at core_v0.19.0)",
+                        "cp",
+                    )
         if self.layers_per_stage is not None:
             self._check_layers_per_stage()
         elif m.num_layers % (d.pp * self.virtual_stages):
