@@ -86,7 +86,15 @@ def plan_kwargs(draw, doubling_tp: bool = False, accounting: str | None = "lab")
     v = rnd.choice(vs)
     m = rnd.randint(pp if v > 1 else 1, 64)
     seq = rnd.choice([1024, 4096, 8192, 131072])
-    cp = rnd.choice([c for c in (1, 2, 4, 8) if seq % c == 0 and tp * pp * c <= 256])
+    # the megatron ledger (Megatron-Core) splits Gated DeltaNet heads over TP x CP: CP sizes it takes
+    heads = [h for h in (spec.linear_num_key_heads, spec.linear_num_value_heads) if h] if acc == "megatron" else []
+    cp = rnd.choice(
+        [
+            c
+            for c in (1, 2, 4, 8)
+            if seq % c == 0 and tp * pp * c <= 256 and (c == 1 or all(h % (tp * c) == 0 for h in heads))
+        ]
+    )
     dp = rnd.randint(1, max(1, min(12, 512 // (tp * pp * cp))))
     ep, etp = 1, None
     if spec.is_moe:
