@@ -36,6 +36,7 @@ import math
 import random
 import shlex
 import subprocess
+from typing import Any
 
 import pytest
 import tomllib
@@ -157,6 +158,10 @@ def megatron_plan_kwargs(text: str, model: str) -> dict:
         "recompute": f.get("--recompute-granularity") or "none",
         "sp": "--sequence-parallel" in f and tp > 1,
         "zero": zero,
+        # TransformerConfig.fp8 (--fp8-format) switches FP8 on; fp8_recipe defaults to 'delayed' (L566-L578)
+        "precision": "bf16"
+        if f.get("--fp8-format") is None
+        else ("mxfp8" if f.get("--fp8-recipe") == "mxfp8" else "fp8"),
     }
 
 
@@ -177,6 +182,9 @@ def torchtitan_stage_layers(num_stages: int, num_layers: int, input_weight: int,
         out.append(n)
         current += n
     return out
+
+
+PRECISION_OF_CONVERTERS = {(): "bf16", ("float8",): "fp8", ("mx",): "mxfp8"}  # torchtitan's [model] converters
 
 
 def torchtitan_plan_kwargs(text: str, model: str) -> dict:
@@ -235,6 +243,9 @@ def torchtitan_plan_kwargs(text: str, model: str) -> dict:
         "recompute": mode,
         "sp": tp > 1,
         "zero": zero,
+        "precision": {(): "bf16", ("float8",): "fp8", ("mx",): "mxfp8"}[
+            tuple(cfg.get("model", {}).get("converters", []))
+        ],
     }
 
 
@@ -416,3 +427,32 @@ def test_megatron_mtp_layers():
     assert flags["--mtp-num-layers"] == "1"
     _, flags = megatron_args(export_text(Plan.create("llama-3.1-8b", 8), "megatron").split("\n", 1)[1])
     assert "--mtp-num-layers" not in flags
+
+
+@pytest.mark.parametrize(
+    ("precision", "hardware", "fmt", "ledger"),
+    [
+        ("fp8", "h100-sxm-80gb", "megatron", "megatron"),
+        ("fp8", "h100-sxm-80gb", "torchtitan", "fsdp2"),
+        ("mxfp8", "b200-sxm-180gb", "megatron", "megatron"),
+        ("mxfp8", "b200-sxm-180gb", "torchtitan", "fsdp2"),
+        ("fp8", "h200-sxm-141gb", "megatron", "megatron"),
+    ],
+)
+def test_low_precision_exports_read_back(precision, hardware, fmt, ledger):
+    """An FP8 or MXFP8 plan's export says so in the engine's words (--fp8-format hybrid --fp8-recipe tensorwise|mxfp8;
+    torchtitan's float8 or mx converter), and reads back to the same precision, memory and step time."""
+    cases: tuple[tuple[str, dict[str, Any]], ...] = (
+        ("llama-3.1-8b", {"gpus": 8, "zero": 3, "seq": 8192}),
+        ("qwen3-30b-a3b", {"gpus": 16, "ep": 8, "zero": 2, "seq": 4096}),
+        ("llama-3.1-70b", {"gpus": 64, "tp": 4, "pp": 4, "zero": 2, "seq": 8192, "global_batch": 256}),
+    )
+    for name, kw in cases:
+        plan = Plan.create(name, hardware=hardware, accounting=ledger, precision=precision, **kw)
+        text = export_text(plan, fmt, ledger)
+        if fmt == "megatron":
+            recipe = "tensorwise" if precision == "fp8" else "mxfp8"
+            assert "--fp8-format hybrid" in text and f"--fp8-recipe {recipe}" in text, name
+        back = read_back(text, fmt, plan, ledger)
+        assert back.precision == precision, name
+        assert check_round_trip(plan, fmt, ledger), name

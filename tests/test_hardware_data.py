@@ -58,6 +58,7 @@ def test_the_preset_folder_holds_exactly_the_six_presets():
 
 
 DEVICE_FIELDS = ("device_total_bytes", "fb_total_bytes")
+LOW_PRECISION_FIELDS = ("peak_fp8_flop_per_s", "peak_mxfp8_flop_per_s")  # only GPUs with such tensor cores
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -68,6 +69,7 @@ def test_every_preset_field_is_positive_finite_and_sourced(name):
     expected_keys = {"name", "label", *FIELDS} | ({LAB_ONLY} if name == "lab" else set())
     # the device's own totals (what CUDA exposes, what NVML reports): every real GPU has the first
     expected_keys |= set(p) & set(DEVICE_FIELDS)
+    expected_keys |= set(p) & set(LOW_PRECISION_FIELDS)
     assert name == "lab" or "device_total_bytes" in p, name
     assert set(p) == expected_keys
     for key in expected_keys - {"name", "label"}:
@@ -240,3 +242,22 @@ def test_an_oversized_hardware_file_is_refused_before_it_is_read(tmp_path):
         f.truncate(2 * 2**30)
     with pytest.raises(ValueError, match=r"2,147,483,648 bytes is not a hardware file \(at most 1,048,576\)"):
         load_hardware(str(path))
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_low_precision_peaks_are_the_datasheets_multiples(name):
+    """Hopper and Blackwell run dense FP8 at twice the dense bf16 rate (their datasheets); the A100 has no FP8 tensor
+    cores; only Blackwell has MXFP8, at its FP8 rate."""
+    p = preset(name)
+    fp8, mx = p.get("peak_fp8_flop_per_s"), p.get("peak_mxfp8_flop_per_s")
+    if name in ("a100-sxm-80gb", "lab"):
+        assert fp8 is None and mx is None
+        return
+    assert fp8 is not None
+    assert (
+        fp8["value"] == 2 * p["peak_bf16_flop_per_s"]["value"]
+        or abs(fp8["value"] / (2 * p["peak_bf16_flop_per_s"]["value"]) - 1) < 1e-3
+    )
+    assert (mx is not None) == name.startswith("b200")
+    if mx:
+        assert mx["value"] == fp8["value"]

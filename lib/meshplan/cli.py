@@ -31,6 +31,7 @@ from meshplan.core.units import GB
 from meshplan.core.validation import check_count, check_zero
 from meshplan.export import ENGINE_LEDGER, FORMATS, export_text
 from meshplan.plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
+from meshplan.plan.construct import PRECISIONS
 from meshplan.plan.reporting import format_report
 from meshplan.realrun import format_table, validate
 from meshplan.schedule import KINDS, format_timeline, simulate
@@ -149,6 +150,16 @@ def _machine_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _precision_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="bf16",
+        help="the decoder layers' GEMMs: bf16, fp8 (per-tensor scaled: Transformer Engine's hybrid format, torchao's "
+        "float8; Hopper and Blackwell) or mxfp8 (block-scaled, Blackwell); attention and the output head stay bf16",
+    )
+
+
 def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) -> None:
     """The options that describe one plan (``plan`` and ``export``)."""
     p.add_argument("--model", required=model_required, help="a file stem in data/models/ or a path to a config.json")
@@ -171,6 +182,7 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
         help="none, selective (Megatron-LM's core attention), full, or op (torchtitan's op-level selective "
         "checkpointing, fsdp2 ledger only)",
     )
+    _precision_option(p)
     p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
     p.add_argument("--micro-batch-size", type=_int("micro-batch-size", MAX_MICRO_BATCH_SIZE), default=1)
     p.add_argument(
@@ -234,6 +246,7 @@ def plan_from_args(args: argparse.Namespace, ledger: str | None = None) -> Plan:
         stage_balance=args.stage_balance or get_accounting(ledger or accounting).stage_balance,
         uneven_stages=args.uneven_stages,
         accounting=accounting,
+        precision=args.precision,
     )
 
 

@@ -373,6 +373,12 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
         ("--global-batch-size", plan.global_batch),
         ("--bf16", None),
     ]
+    # FP8 through Transformer Engine (TransformerConfig.fp8 / fp8_recipe at core_v0.19.0, transformer_config.py
+    # L566-L578: the argument --fp8-format, the recipe 'delayed' by default): E4M3 forward, E5M2 gradients
+    # ('hybrid'), per-tensor current scaling ('tensorwise', what the step time's FP8 runs use, Megatron-Bridge's
+    # FP8-CS) or block-scaled MXFP8 (Blackwell). --bf16 stays: the parameters, attention and the head are bf16.
+    if plan.precision != "bf16":
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise" if plan.precision == "fp8" else "mxfp8")]
     notes += shape_notes
     # CUDA_DEVICE_MAX_CONNECTIONS: TP or CP before Blackwell needs 1 (arguments.py L1413-L1439; harmless after),
     # Megatron-FSDP needs anything but 1 (L1143-L1144), so the export unsets it there
@@ -538,6 +544,16 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
             "seq_len": plan.seq,
         },
     }
+    # FP8 through torchao, torchtitan's model converters ([model] converters, job_config.py at 6404b93): "float8"
+    # (tensorwise dynamic scaling) or "mx" (MXFP8, Blackwell); the output head left in bf16, as the step time prices
+    # it (float8's filter_fqns is empty by default; mx filters "output" by default). Weights are gathered in bf16
+    # (enable_fsdp_float8_all_gather off, the default), the FSDP bytes the ledger counts.
+    if plan.precision == "fp8":
+        settings["model"] = {"converters": ["float8"]}
+        settings["float8"] = {"filter_fqns": ["output"]}
+    elif plan.precision == "mxfp8":
+        settings["model"] = {"converters": ["mx"]}
+        settings["mx"] = {"filter_fqns": ["output"]}
     return settings, tuple(notes)
 
 
@@ -554,13 +570,22 @@ def engine_plan(plan: Plan, fmt: str, ledger: str | None = None) -> Plan:
     return plan.replace(**changes) if changes else plan
 
 
+def _toml_value(v: object) -> str:
+    """A TOML value: a basic string, a list of them, or a number or boolean as Python prints it."""
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return str(v)
+
+
 def toml(settings: dict, notes=()) -> str:
     """torchtitan settings as TOML text."""
     lines = [f"# note: {n}" for n in notes]
     for sec, opts in settings.items():
         lines.append(f"[{sec}]")
         for k, v in opts.items():
-            lines.append(f"{k} = " + (f'"{v}"' if isinstance(v, str) else str(v)))
+            lines.append(f"{k} = " + _toml_value(v))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 

@@ -43,6 +43,7 @@ __all__ = [
     "MAX_MICRO_BATCH_SIZE",
     "MAX_SEQ",
     "MAX_VIRTUAL_STAGES",
+    "PRECISIONS",
     "Plan",
     "Workload",
     "plan_field_names",
@@ -53,6 +54,7 @@ MAX_MICRO_BATCH_SIZE = 2**16
 MAX_MICRO_BATCHES = 2**20
 MAX_VIRTUAL_STAGES = 2**10
 MAX_GLOBAL_BATCH = MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS
+PRECISIONS = ("bf16", "fp8", "mxfp8")  # the GEMMs' number format (``precision_refusal``)
 OP_RECOMPUTE = "op"  # torchtitan's SelectiveAC (op-level): priced by the engine activation ledger, fsdp2 only
 
 
@@ -132,6 +134,34 @@ def recompute_refusal(model: ModelSpec, accounting: Accounting, recompute: str) 
     return None
 
 
+def precision_refusal(hardware: Hardware, accounting: Accounting, precision: str) -> str | None:
+    """Why a plan cannot train its GEMMs in ``precision`` on ``hardware`` in ``accounting``'s ledger, or None.
+
+    ``"bf16"``: every GEMM in bf16 (the default). ``"fp8"``: the linear layers' GEMMs in FP8 with per-tensor scales
+    (Transformer Engine's ``--fp8-format hybrid`` with the delayed or tensorwise current-scaling recipe in
+    Megatron-LM; torchao's float8 training, tensorwise, through torchtitan's ``float8`` converter), which needs FP8
+    tensor cores (``Hardware.peak_fp8_flop_per_s``: Hopper and Blackwell). ``"mxfp8"``: block-scaled MXFP8 (TE's
+    ``--fp8-recipe mxfp8``; torchao's ``mxfp8`` through torchtitan's ``mx`` converter), Blackwell only
+    (``peak_mxfp8_flop_per_s``). The deepspeed ledger refuses both: DeepSpeed's engine has no FP8 recipe of its own
+    (its FP8 runs put Transformer Engine modules inside the model, which is Megatron's path, not the engine's).
+    """
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        return f"precision={precision!r} must be one of {', '.join(PRECISIONS)}"
+    if precision == "bf16":
+        return None
+    if accounting.name == "deepspeed":
+        return (
+            f"precision={precision!r}: the deepspeed ledger has no FP8 recipe (DeepSpeed's engine trains in bf16 or "
+            "fp16; FP8 comes from Transformer Engine modules inside the model): use --accounting megatron or fsdp2"
+        )
+    peak = hardware.peak_fp8_flop_per_s if precision == "fp8" else hardware.peak_mxfp8_flop_per_s
+    if peak is None:
+        needs = "FP8 tensor cores (Hopper or Blackwell)" if precision == "fp8" else "MXFP8 tensor cores (Blackwell)"
+        key = "peak_fp8_flop_per_s" if precision == "fp8" else "peak_mxfp8_flop_per_s"
+        return f"precision={precision!r} needs {needs}: hardware {hardware.name!r} gives no {key}"
+    return None
+
+
 @dataclass(frozen=True)
 class Plan:
     """One parallel configuration, built from validated parts (see the module docstring).
@@ -153,6 +183,7 @@ class Plan:
             embedding on the first stage, the head and MTP module on the last).
         kv_replication: allow tp > KV heads when KV heads divide tp (each KV head replicated on tp/kv GPUs, as
             engines do); ``False`` demands tp | KV heads.
+        precision: the linear layers' GEMM format, ``"bf16"``, ``"fp8"`` or ``"mxfp8"`` (``precision_refusal``).
 
     The sizes, the workload and the machine read through properties (``plan.tp``, ``plan.seq``,
     ``plan.gpu_memory_bytes``, ...); ``plan.replace(...)`` takes the same flat names as ``Plan.create``.
@@ -170,6 +201,7 @@ class Plan:
     layers_per_stage: tuple[int, ...] | None = None
     stage_balance: str = "even"
     kv_replication: bool = True
+    precision: str = "bf16"
 
     # ------------------------------------------------------------------ the front door
     @classmethod
@@ -202,6 +234,7 @@ class Plan:
         uneven_stages: bool = False,
         stage_balance: str = "even",
         kv_replication: bool = True,
+        precision: str = "bf16",
     ) -> Plan:
         """A plan from a model name, path or spec and flat settings.
 
@@ -244,6 +277,7 @@ class Plan:
             layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
             stage_balance=stage_balance,
             kv_replication=kv_replication,
+            precision=precision,
         )
 
     def settings(self) -> dict[str, Any]:
@@ -271,6 +305,7 @@ class Plan:
             "layers_per_stage": self.layers_per_stage,
             "stage_balance": self.stage_balance,
             "kv_replication": self.kv_replication,
+            "precision": self.precision,
         }
 
     def replace(self, **changes: Any) -> Plan:
@@ -318,6 +353,9 @@ class Plan:
             raise PlanError(f"stage_balance={self.stage_balance!r} must be 'even' or 'max'", "stage_balance")
         if self.sp is not None and not isinstance(self.sp, bool):
             raise PlanError(f"sp={self.sp!r} must be True, False or None", "sp")
+        why = precision_refusal(self.hardware, self.accounting, self.precision)
+        if why:
+            raise PlanError(why, "precision")
         # how the parts combine
         check_nodes(d.world_size, self.hardware.gpus_per_node)
         self.accounting.check(self.zero, d.pp)

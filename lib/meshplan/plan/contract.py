@@ -37,6 +37,7 @@ def report_json(report: Report) -> dict:
         "settings": {
             "zero": p.zero,
             "recompute": p.recompute,
+            "precision": p.precision,
             "seq": p.seq,
             "micro_batch_size": p.micro_batch_size,
             "micro_batches": p.micro_batches,

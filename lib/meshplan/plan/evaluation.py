@@ -144,7 +144,33 @@ def _stage_states(plan: Plan, stage: Stage) -> dict[str, float]:
         terms["unsharded weights/gradients"] = extra * (
             stage.dense_params / d.tp + stage.expert_params / (d.etp * d.ep)
         )
+    fp8 = fp8_weight_copy_bytes(plan, stage)
+    if fp8:
+        terms["fp8 weight copies"] = fp8
     return terms
+
+
+# Transformer Engine's FP8 weight workspaces, per parameter of a TE linear (or grouped linear) on this GPU: the
+# rowwise FP8 copy and the columnwise one (the transpose; Hopper's FP8 GEMMs take only the TN layout, so the
+# backward's data-gradient GEMM needs it), 1 byte each; MXFP8 adds one E8M0 scale per 32 elements to each copy.
+FP8_WEIGHT_COPY_BYTES = {"fp8": 2.0, "mxfp8": 2.0 + 2 / 32}
+
+
+def fp8_weight_copy_bytes(plan: Plan, stage: Stage) -> float:
+    """Bytes of FP8 weight copies a GPU of ``stage`` keeps through the step, in the megatron ledger with
+    ``precision`` fp8 or mxfp8: Transformer Engine caches each linear's quantized weight across the micro-batches
+    of a step (``_fp8_workspaces``: transformer_engine/pytorch/module/linear.py#L1958-L2071 at TE d0067d0d, whenever
+    the caller passes ``is_first_microbatch``, as Megatron-Core's TE wrappers do:
+    megatron/core/extensions/transformer_engine.py#L1082-L1088 at core_v0.19.0), ``FP8_WEIGHT_COPY_BYTES`` per
+    parameter of the decoder layers' linears on this GPU (the embedding and the output head stay bf16; norms are
+    counted with the layers, a rounding error). torchtitan's float8 (torchao) casts each weight when a GEMM needs it
+    and frees it after (a temporary, not kept): 0 in the fsdp2 ledger, as in bf16. 0 in the lab page's ledger."""
+    if plan.precision == "bf16" or plan.accounting.name != "megatron":
+        return 0.0
+    m, d = plan.model, plan.dims
+    dense = sum(m.layers[i].params - m.layers[i].expert_params for i in stage.layers) / d.tp
+    experts = sum(m.layers[i].expert_params for i in stage.layers) / (d.etp * d.ep)
+    return FP8_WEIGHT_COPY_BYTES[plan.precision] * (dense + experts)
 
 
 def _stage_memory(plan: Plan, per_layer_activations: float) -> list[tuple[dict[str, float], float]]:
@@ -175,6 +201,7 @@ _STATE_TERM = {
     "adam_m": "optimizer states",
     "adam_v": "optimizer states",
     "unsharded weights/gradients": "unsharded parameters",
+    "fp8 weight copies": "parameters",
 }
 
 

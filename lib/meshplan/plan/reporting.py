@@ -135,7 +135,8 @@ def format_report(report: Report) -> str:
         f"{fmt_gb(hw.gpu_memory_bytes, 0)}, {hw.gpus_per_node} per node)",
         f"mesh {mesh}, order {p.order}; ZeRO-{p.zero}, recompute {p.recompute}, s = {p.seq:,}, "
         f"b = {p.micro_batch_size}, m = {p.micro_batches}, v = {p.virtual_stages} "
-        f"(global batch {p.global_batch:,} sequences, {p.tokens_per_step:,} tokens); accounting {p.accounting.name}",
+        f"(global batch {p.global_batch:,} sequences, {p.tokens_per_step:,} tokens); accounting {p.accounting.name}"
+        + ("" if p.precision == "bf16" else f"; {p.precision} GEMMs (attention and the output head in bf16)"),
         "",
         "memory per GPU" + (f" (pipeline stage {report.stage}, the most loaded)" if p.pp > 1 else ""),
     ]

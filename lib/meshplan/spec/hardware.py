@@ -27,7 +27,15 @@ from meshplan.core.schemas import check
 HARDWARE_DIR = DATA_DIR / "hardware"
 DEFAULT_HARDWARE = "lab"
 REQUIRED = ("gpu_memory_bytes", "gpus_per_node", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
-OPTIONAL = ("effective_flop_per_s", "peak_bf16_flop_per_s", "hbm_bytes_per_s", "device_total_bytes", "fb_total_bytes")
+OPTIONAL = (
+    "effective_flop_per_s",
+    "peak_bf16_flop_per_s",
+    "peak_fp8_flop_per_s",
+    "peak_mxfp8_flop_per_s",
+    "hbm_bytes_per_s",
+    "device_total_bytes",
+    "fb_total_bytes",
+)
 MAX_MEMORY_BYTES = 1e15  # 1 PB per GPU: beyond any device, and far from float overflow
 MAX_FILE_BYTES = 2**20  # a hardware file is a few kB; anything this large is not one (checked before reading it)
 MAX_RATE = 1e21  # bytes or FLOP per second
@@ -45,7 +53,10 @@ def _positive(name: str, value, limit: float) -> float:
 class Hardware:
     """One machine: GPU memory (B), GPUs per node, NVLink and InfiniBand bandwidth per GPU per direction (B/s),
     and compute (FLOP/s): ``effective_flop_per_s`` is the lab page's sustained-rate assumption (the lab preset
-    only), ``peak_bf16_flop_per_s`` the datasheet's dense bf16 peak. ``device_total_bytes`` is what CUDA exposes to the
+    only), ``peak_bf16_flop_per_s`` the datasheet's dense bf16 peak, ``peak_fp8_flop_per_s`` its dense FP8 (E4M3/E5M2,
+    per-tensor scaled) peak where the GPU has FP8 tensor cores (Hopper, Blackwell) and ``peak_mxfp8_flop_per_s`` its
+    dense MXFP8 (block-scaled, 32 elements per E8M0 scale: Blackwell's fifth-generation tensor cores only) peak; None
+    where the GPU has none. ``device_total_bytes`` is what CUDA exposes to the
     process (``torch.cuda.mem_get_info()[1]``, the "total capacity" of PyTorch's out-of-memory message), the bound the
     peak-memory verdict uses; ``fb_total_bytes`` what nvidia-smi reports (the driver reserves the difference).
     ``gpu_memory_bytes`` stays the datasheet's round figure, the lab page's convention. Validated on construction."""
@@ -57,6 +68,8 @@ class Hardware:
     infiniband_bytes_per_s: float = 50e9
     effective_flop_per_s: float | None = 400e12
     peak_bf16_flop_per_s: float | None = None
+    peak_fp8_flop_per_s: float | None = None
+    peak_mxfp8_flop_per_s: float | None = None
     hbm_bytes_per_s: float | None = None
     device_total_bytes: float | None = None
     fb_total_bytes: float | None = None

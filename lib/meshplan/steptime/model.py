@@ -308,6 +308,35 @@ def _layer_work(model: ModelSpec, seq: int, causal: bool) -> _LayerWork:
     return _LayerWork(*(tuple(col) for col in cols))
 
 
+_PRECISION_OVERRIDE: dict | None = None  # a trial value while ``precision_fit.fit`` searches
+
+
+@lru_cache(maxsize=1)
+def precision_fit() -> dict:
+    """``data/precision_fit.json``: the achieved fraction of the FP8 and MXFP8 peaks in the layers' GEMMs, each
+    fitted on its declared published runs (``meshplan.steptime.precision_fit``), with the held-out errors."""
+    return _PRECISION_OVERRIDE if _PRECISION_OVERRIDE is not None else read_json("precision_fit.json")
+
+
+def low_precision_gemm_rate(hw: Hardware, precision: str) -> float:
+    """FLOP/s of the decoder layers' GEMMs in ``precision`` (``"fp8"`` or ``"mxfp8"``) on ``hw``: the datasheet's
+    dense peak in that format (``Hardware.peak_fp8_flop_per_s``, ``peak_mxfp8_flop_per_s``) × the fraction of it
+    the published FP8 runs reach (``precision_fit``, fitted with the bf16 constants fixed; it absorbs the casts and
+    amax reductions of the recipe, which run as element-wise kernels around each GEMM).
+
+    What stays in bf16, as the engines run it: the attention core (FlashAttention / cuDNN fused attention in bf16;
+    Transformer Engine's FP8 attention, ``NVTE_FP8_DPA``, is off by default), the output head (Megatron-Core's
+    ``output_layer`` is a ``tensor_parallel.ColumnParallelLinear``, not a TE module; torchtitan's ``mx`` converter
+    filters ``output`` by default and the torchtitan export filters it for ``float8`` too), the norms and the
+    embedding lookup. The router's GEMM (h × experts) is counted with the layer's dense FLOP, a rounding error.
+    MFU stays reported against the bf16 peak, as NVIDIA's and torchtitan's FP8 tables report it.
+    """
+    peak = hw.peak_fp8_flop_per_s if precision == "fp8" else hw.peak_mxfp8_flop_per_s
+    if peak is None:
+        raise ValueError(f"hardware {hw.name!r} has no {precision} peak for the step-time model")
+    return peak * precision_fit()["constants"][precision]["value"]
+
+
 def flash_attention_utilisation(hw: Hardware) -> float | None:
     """The documented fraction of the bf16 peak a FlashAttention-2-generation kernel reaches on ``hw``
     (``data/steptime_fit.json``, ``documented``), None where nothing is documented (the matmul efficiency applies)."""
@@ -360,6 +389,7 @@ def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Cal
     t, c, e, s, b, h = d.tp, d.cp, d.ep, p.seq, p.micro_batch_size, m.hidden_size
     flash = ex.attention == "flash"
     rate = _peak(hw) * cal.matmul_efficiency
+    gemm_rate = rate if p.precision == "bf16" else low_precision_gemm_rate(hw, p.precision)
     attn_rate = _peak(hw) * ((flash_attention_utilisation(hw) if flash else None) or cal.matmul_efficiency)
     work = _layer_work(m, s, flash)
     layers = st.layers
@@ -381,14 +411,18 @@ def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Cal
     dense_flop = (work.span(work.dense_flop, layers) * tokens) / split
     head_flop = compute.forward_flop(head, tokens) / split
     expert_flop = work.span(work.expert_flop, layers) * tokens / split
-    dense_s = max(
-        (passes * dense_flop + 3 * head_flop) / rate,
-        (work.span(work.dense_params, layers) + head) / t * weight_bytes / _hbm(hw),
-    )
+    if gemm_rate == rate:  # every GEMM at one rate (bf16)
+        flop_s = (passes * dense_flop + 3 * head_flop) / rate
+        share = (dense_flop + head_flop + expert_flop) / (passes * (dense_flop + expert_flop) + 3 * head_flop)
+    else:  # the layers' GEMMs in FP8 or MXFP8, the output head in bf16 (``low_precision_gemm_rate``)
+        flop_s = passes * dense_flop / gemm_rate + 3 * head_flop / rate
+        forward_s = (dense_flop + expert_flop) / gemm_rate + head_flop / rate
+        share = forward_s / (passes * (dense_flop + expert_flop) / gemm_rate + 3 * head_flop / rate)
+    dense_s = max(flop_s, (work.span(work.dense_params, layers) + head) / t * weight_bytes / _hbm(hw))
     expert_bytes = work.span(work.expert_params, layers) / (d.etp * e) * weight_bytes
-    expert_s = max(passes * expert_flop / rate, expert_bytes / _hbm(hw)) if expert_flop else 0.0
+    expert_s = max(passes * expert_flop / gemm_rate, expert_bytes / _hbm(hw)) if expert_flop else 0.0
     gemm = dense_s + expert_s
-    gemm_f = gemm * (dense_flop + head_flop + expert_flop) / (passes * (dense_flop + expert_flop) + 3 * head_flop)
+    gemm_f = gemm * share
     # ---- attention: the backward is 2 forwards, FlashAttention's 2.5 (it recomputes the scores: Dao 2023 §3.1;
     # its benchmark counts backward FLOP as 2.5 × forward); selective recomputation re-runs the attention core,
     # full the whole layer
