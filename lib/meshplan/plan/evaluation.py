@@ -72,7 +72,7 @@ from meshplan.spec.dims import ParallelDims
 from meshplan.spec.hardware import Hardware
 from meshplan.spec.mesh import Mesh
 from meshplan.spec.model import ModelSpec
-from meshplan.spec.stages import Stage, inflight_micro_batches, interleave_factor, stages
+from meshplan.spec.stages import Stage, inflight_micro_batches, interleave_factor, interleaved_inflight_chunks, stages
 
 __all__ = [
     "evaluate",
@@ -108,7 +108,11 @@ def _stage_activations(plan: Plan, stage: Stage, per_layer_lab: float) -> float:
     """Activation bytes per GPU of one pipeline stage: its layers × its in-flight micro-batches (× the interleave
     factor), per layer by the plan's ledger (Korthikanti's GPT layer for the lab's, ``engine_activations`` per layer
     type for the engines', whose first stage also keeps the token ids and rotary tables and whose last stage the
-    final norm, the head's input and the fp32 logits), ÷ c (each CP rank holds s/c tokens)."""
+    final norm, the head's input and the fp32 logits), ÷ c (each CP rank holds s/c tokens). With the interleaved
+    schedule (v > 1) the lab's ledger keeps Korthikanti's convention, every rank as loaded as the first (× the
+    interleave factor), and the engines' ledgers count each rank's own in-flight chunks
+    (``stages.interleaved_inflight_chunks``: the last rank holds p − (p−1)/v micro-batches' worth of its layers, not
+    1 + (p−1)/(p·v))."""
     d = plan.dims
     inflight = inflight_micro_batches(d.pp, stage.index, plan.micro_batches)
     factor = interleave_factor(d.pp, plan.virtual_stages)
@@ -126,6 +130,9 @@ def _stage_activations(plan: Plan, stage: Stage, per_layer_lab: float) -> float:
         first=stage.index == 0,
         last=stage.index == d.pp - 1,
     )
+    if plan.virtual_stages > 1:  # the engines' interleaved schedule: each rank's own warm-up (spec.stages)
+        chunks = interleaved_inflight_chunks(d.pp, stage.index, plan.micro_batches, plan.virtual_stages)
+        return layers * chunks / plan.virtual_stages + rest * inflight
     return (layers * factor + rest) * inflight
 
 

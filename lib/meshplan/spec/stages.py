@@ -55,6 +55,23 @@ def inflight_micro_batches(pp: int, stage: int, micro_batches: int) -> int:
     return min(micro_batches, pp - stage)
 
 
+def interleaved_inflight_chunks(pp: int, stage: int, micro_batches: int, virtual_stages: int) -> int:
+    """Model chunks (micro-batch × virtual stage pairs) whose activations pipeline rank ``stage`` (0-based) holds at
+    its peak under the interleaved 1F1B schedule as the engines run it: its warm-up forwards plus the steady state's
+    one, min(2·(p − k − 1) + (v − 1)·p + 1, m·v). Megatron-Core's ``get_pp_rank_microbatches``
+    (megatron/core/pipeline_parallel/schedules.py#L936-L950 at core_v0.19.0, ``microbatch_group_size_per_vp_stage``
+    = p by default) and PyTorch's ``ScheduleInterleaved1F1B`` (torchtitan's Interleaved1F1B: warm-up
+    (v − 1)·p + 2·(p − 1 − k)) give the same count. Each chunk holds 1/v of the rank's layers, so the rank holds
+    ``chunks / v`` micro-batches' worth of its layers: p·(1 + (p−1)/(p·v)) on the first rank (Korthikanti's factor,
+    ``interleave_factor``), but p − (p−1)/v on the last, which the lab page's convention (every rank as the first)
+    counts as 1 + (p−1)/(p·v).
+
+        >>> [interleaved_inflight_chunks(8, k, 64, 5) for k in (0, 7)]   # p = 8, v = 5: 47 and 33 chunks of 8 layers
+        [47, 33]
+    """
+    return min(2 * (pp - stage - 1) + (virtual_stages - 1) * pp + 1, micro_batches * virtual_stages)
+
+
 def interleave_factor(pp: int, virtual_stages: int) -> float:
     """1 + (p−1)/(p·v) for the interleaved schedule (v > 1), else 1 (Korthikanti et al. 2022 §4.2.3)."""
     return 1 + (pp - 1) / (pp * virtual_stages) if virtual_stages > 1 else 1.0
