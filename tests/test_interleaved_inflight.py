@@ -6,6 +6,7 @@ lab page's ledger keeping Korthikanti's every-rank-as-the-first convention."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ def test_first_rank_is_korthikanti_and_the_last_rank_is_not():
 def test_engine_ledgers_price_each_rank_lab_keeps_its_convention():
     """Llama 3.1 70B, PP 8 × v 5: the megatron ledger's last rank holds 33 chunks (6.6 micro-batches' worth of its
     layers, plus one micro-batch's head and loss); the lab's ledger counts 1 + 7/40 for it."""
-    kw = {"gpus": 64, "tp": 4, "pp": 8, "virtual_stages": 5, "seq": 8192, "global_batch": 128,
+    kw: dict[str, Any] = {"gpus": 64, "tp": 4, "pp": 8, "virtual_stages": 5, "seq": 8192, "global_batch": 128,
           "hardware": "h100-sxm-80gb", "zero": 1, "stage_balance": "max"}  # fmt: skip
     plan = Plan.create("llama-3.1-70b", accounting="megatron", **kw)
     last = plan.stages[-1]
