@@ -110,3 +110,21 @@ def test_held_out_errors_by_regime():
     assert s["fp8 held out h100-sxm-80gb"]["max"] < 0.09
     assert s["fp8 held out b200-sxm-180gb"]["max"] < 0.15
     assert s["mxfp8 held out b200-sxm-180gb"]["max"] < 0.05
+
+
+def test_search_trains_every_candidate_in_the_precision(capsys):
+    """``search --precision`` prices every candidate in that format and says so; the refusals are the plan's."""
+    from meshplan.search import search
+
+    kw: dict[str, Any] = {"gpus": 16, "seq": 4096, "global_batch": 32, "hardware": "h100-sxm-80gb",
+                          "accounting": "megatron"}  # fmt: skip
+    fp8, bf16 = search("llama-3.1-8b", precision="fp8", **kw), search("llama-3.1-8b", **kw)
+    assert {c.plan.precision for c in fp8.ranked} == {"fp8"} and {c.plan.precision for c in bf16.ranked} == {"bf16"}
+    assert fp8.ranked[0].step.total_s < bf16.ranked[0].step.total_s
+    with pytest.raises(PlanError, match="MXFP8 tensor cores") as exc:
+        search("llama-3.1-8b", precision="mxfp8", **kw)
+    assert exc.value.factor == "precision"
+    args = ["search", "--model", "llama-3.1-8b", "--gpus", "16", "--seq", "4096", "--global-batch", "32",
+            "--hardware", "h100-sxm-80gb", "--accounting", "megatron", "--precision", "fp8", "--top", "1"]  # fmt: skip
+    assert main(args) == 0
+    assert "fp8 GEMMs" in capsys.readouterr().out

@@ -277,6 +277,7 @@ def _search(args) -> int:
         accounting=args.accounting,
         execution=replace(execution_for(args.accounting), pipeline=args.pipeline),
         stage_balance=args.stage_balance,
+        precision=args.precision,
     )
     if args.json:
         _print(_json([c.to_dict(i) for i, c in enumerate(result.ranked[: args.top], 1)], load_hardware(args.hardware)))
@@ -298,6 +299,7 @@ def _add_search(sub) -> None:
         help="sequences per step",
     )
     p.add_argument("--top", type=_int("top", 10**6), default=10)
+    _precision_option(p)
     p.add_argument("--order", type=_order, default=DEFAULT_ORDER)
     p.add_argument(
         "--pipeline",

@@ -61,7 +61,7 @@ from meshplan.core.validation import (
 )
 from meshplan.parallel.activations import RECOMPUTE_MODES
 from meshplan.plan import Plan, Report, Workload, evaluate
-from meshplan.plan.construct import MAX_GLOBAL_BATCH, OP_RECOMPUTE, recompute_refusal
+from meshplan.plan.construct import MAX_GLOBAL_BATCH, OP_RECOMPUTE, precision_refusal, recompute_refusal
 from meshplan.plan.evaluation import (
     Moments,
     _stage_activations,
@@ -233,6 +233,7 @@ class SearchResult:
     accounting: str = "lab"
     execution: Execution = field(default_factory=Execution)
     stage_balance: str = "even"
+    precision: str = "bf16"
 
     def tied_ranks(self) -> list[int]:
         """The displayed rank of each kept plan: plans within ``band`` of a faster plan's step time share its rank."""
@@ -458,8 +459,10 @@ class _Pricer:
         balance: str,
         prune: bool,
         recompute: tuple[str, ...],
+        precision: str = "bf16",
     ):
         self.spec, self.hw, self.acc, self.ex, self.balance, self.prune = spec, hw, acc, ex, balance, prune
+        self.precision = precision
         self.mem = hw.gpu_memory_bytes
         # the recompute modes Plan refuses for this model and ledger whatever the mesh (construct.recompute_refusal)
         self.refused = {rc: why for rc in recompute if (why := recompute_refusal(spec, acc, rc))}
@@ -522,6 +525,7 @@ class _Pricer:
                 virtual_stages=v,
                 layers_per_stage=lps,
                 stage_balance=self.balance,
+                precision=self.precision,
             )
 
         plans: dict[str, Plan] = {}
@@ -633,6 +637,7 @@ def search(
     execution: Execution | None = None,
     band: float | None = None,
     stage_balance: str | None = None,
+    precision: str = "bf16",
     _prune: bool = True,
 ) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
@@ -641,6 +646,8 @@ def search(
     stored ``tie_band()``) sets which step times count as ties. ``stage_balance`` places what lies outside the
     decoder layers (``Plan.stage_balance``); default: where the ledger's engine places it (``stage_balance_for``:
     the embedding on the first stage and the head on the last for the engine ledgers, spread evenly for the lab's).
+    ``precision`` (``Plan.precision``: bf16, fp8, mxfp8) is the GEMM format every candidate trains in; a precision the
+    machine or the ledger refuses (``construct.precision_refusal``) is a PlanError naming ``precision``.
 
     Duplicates are not enumerated: ZeRO stages > 0 only when dp × cp > 1, virtual stages > 1 only with
     pp > 1, EP > 1 only for MoE models. Every argument is validated as ``Plan.create`` validates it (a
@@ -669,6 +676,9 @@ def search(
     )
     gpn = hw.gpus_per_node
     check_nodes(gpus, gpn)
+    why = precision_refusal(hw, acc, precision)
+    if why:
+        raise PlanError(why, "precision")
     zero_stages = _check_choices("zero_stages", zero_stages, ZERO_STAGES)
     recompute = _check_choices("recompute", recompute, (*RECOMPUTE_MODES, OP_RECOMPUTE))
     micro_batch_sizes = tuple(check_count("micro_batch_sizes entry", b) for b in micro_batch_sizes)
@@ -683,7 +693,7 @@ def search(
     if n > MAX_PLANS:
         raise MeshplanError(_too_many(spec, gpus, n, shapes), "gpus")
     L = spec.num_layers
-    pricer = _Pricer(spec, hw, acc, ex, balance, _prune, recompute)
+    pricer = _Pricer(spec, hw, acc, ex, balance, _prune, recompute, precision)
     for tp, cp, pp, dp, eps in shapes:
         lps = None if L % pp == 0 or not uneven_stages else spread_layers(L, pp)
         # the search's own policies, which are not rules of a plan
@@ -730,7 +740,7 @@ def search(
         )
     )
     return SearchResult(
-        spec, gpus, seq, global_batch, tuple(ranked), tuple(pricer.rejected), n, band, acc.name, ex, balance
+        spec, gpus, seq, global_batch, tuple(ranked), tuple(pricer.rejected), n, band, acc.name, ex, balance, precision
     )
 
 
@@ -744,7 +754,8 @@ def format_search(result: SearchResult, top: int = 10) -> str:
         f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
         f"ledger {result.accounting}; attention {ex.attention}, TP overlap {ex.tp_overlap}, DP overlap "
         f"{'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}; embedding and head "
-        + ("on the first and last stages" if result.stage_balance == "max" else "spread over the stages"),
+        + ("on the first and last stages" if result.stage_balance == "max" else "spread over the stages")
+        + ("" if result.precision == "bf16" else f"; {result.precision} GEMMs (attention and the output head in bf16)"),
         f"plans within {fmt_pct(result.band, 0)} of a faster plan's step time share its rank: "
         + (
             "the model's median error on the step-time ratio of two published runs of one model on one machine "
