@@ -27,7 +27,7 @@ from typing import Any
 
 from meshplan import __version__
 from meshplan.core.schemas import field_name
-from meshplan.core.units import GB
+from meshplan.core.units import GB, add_up
 from meshplan.core.validation import check_count, check_zero
 from meshplan.export import ENGINE_LEDGER, FORMATS, export_text
 from meshplan.plan import MAX_MICRO_BATCH_SIZE, MAX_MICRO_BATCHES, MAX_SEQ, MAX_VIRTUAL_STAGES, Plan, evaluate
@@ -388,8 +388,8 @@ def _validate(args) -> int:
     else:
         failed = [r for r in rows if r.failed]
         _print(
-            format_table(rows) + f"\n\n{len(rows)} rows: {sum(r.agrees for r in rows)} agree, "
-            f"{sum(not r.agrees and not r.exact for r in rows)} depart as explained, {len(failed)} exact rows differ"
+            format_table(rows) + f"\n\n{len(rows)} rows: {add_up(r.agrees for r in rows)} agree, "
+            f"{add_up(not r.agrees and not r.exact for r in rows)} depart as explained, {len(failed)} exact rows differ"
         )
     for r in rows:
         if r.failed:

@@ -50,7 +50,7 @@ from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
-from meshplan.core.units import fmt_gb, fmt_pct
+from meshplan.core.units import add_up, fmt_gb, fmt_pct
 from meshplan.core.validation import (
     LedgerError,
     MeshplanError,
@@ -365,7 +365,7 @@ def _stage_states_bytes(plan: Plan) -> tuple[list[float], list[float], list[dict
         key = (st.dense_params, st.expert_params)
         if key not in seen:
             t = _stage_states(plan, st)
-            seen[key] = (sum(t.values()), t["grads"], t)
+            seen[key] = (add_up(t.values()), t["grads"], t)
         sums.append(seen[key][0])
         grads.append(seen[key][1])
         terms.append(seen[key][2])
@@ -686,7 +686,7 @@ def search(
     if not micro_batch_sizes or not virtual_stages:
         raise MeshplanError("micro_batch_sizes and virtual_stages need at least one value each", "micro_batch_sizes")
     shapes = _shapes(spec, gpus, gpn, max_cp)
-    n = sum(
+    n = add_up(
         len(eps) * (len(zero_stages) if dp * cp > 1 else 1) * (len(virtual_stages) if pp > 1 else 1)
         for _, cp, pp, dp, eps in shapes
     ) * (len(micro_batch_sizes) * len(recompute))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshplan.core.units import add_up
+
 
 def _check_n(n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -151,7 +153,7 @@ def ledger_bytes(collectives: tuple[Collective, ...]) -> float:
     >>> ledger_bytes((Collective("a", ALL_GATHER, 2, 8.0), Collective("b", ALL_GATHER, 2, 8.0, in_ledger=False)))
     4.0
     """
-    return sum(c.sent_bytes for c in collectives if c.in_ledger)
+    return add_up(c.sent_bytes for c in collectives if c.in_ledger)
 
 
 # ---------------------------------------------------------------- the ring, step by step

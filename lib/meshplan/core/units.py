@@ -11,6 +11,11 @@ GB = 10**9 bytes (the lab page's and the GPU vendors' unit); GiB = 2**30 bytes (
 
 from __future__ import annotations
 
+import functools
+import operator
+from collections.abc import Iterable
+from typing import Any
+
 GB = 10**9
 GiB = 2**30
 MB = 10**6
@@ -18,6 +23,19 @@ MiB = 2**20
 TB = 10**12
 
 HOURS_PER_YEAR = 8766  # 365.25 days x 24 h
+
+
+def add_up(values: Iterable[Any]) -> Any:
+    """The sum of ``values`` added left to right, from the integer 0: ``sum()`` as CPython 3.11 computes it, on every
+    CPython. Since 3.12, ``sum()`` of floats compensates its rounding (Neumaier's algorithm, gh-100425), so the same
+    terms can differ in the last bit between a reader's Python and another: the planning path adds its floats here,
+    and ``meshplan plan --json`` prints the same bytes on 3.11, on 3.14 and in the live planner's Pyodide
+    (``tests/test_units.py``). Integers stay integers (exact either way).
+
+        >>> add_up([0.1] * 10), add_up(range(4)), add_up([])
+        (0.9999999999999999, 6, 0)
+    """
+    return functools.reduce(operator.add, values, 0)
 
 
 def fmt_gb(n_bytes: float, digits: int = 1) -> str:

@@ -48,7 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.core.collectives import ring_all_reduce_bytes, transfer_time_s
-from meshplan.core.units import MiB
+from meshplan.core.units import MiB, add_up
 from meshplan.parallel.compute import backward_time_s
 from meshplan.spec.model import ModelSpec
 from meshplan.spec.models.spec import NORM_NAMES
@@ -143,14 +143,14 @@ def forward_tensors(model: ModelSpec) -> tuple[GradTensor, ...]:
         ]
         names = NORM_NAMES.get(getattr(layer, "norm_position", "pre"), NORM_NAMES["pre"])[: layer.norms_per_layer]
         out += [GradTensor(f"layers.{i}.{name}", blk, norm) for name in names]
-    final = sum(n * per for name, n, per in model.params.groups if name == "final_norm")
+    final = add_up(n * per for name, n, per in model.params.groups if name == "final_norm")
     out.append(GradTensor("norm", "final norm", final))
     if comps["head"]:
         out.append(GradTensor("lm_head", "output head", comps["head"]))
     mtp = comps["mtp"] + model.params.extra.get("mtp", 0)
     if mtp:
         out.append(GradTensor("mtp", "MTP module", mtp, compute=False))
-    assert sum(t.params for t in out) == model.params.total + model.params.extra.get("mtp", 0), model.name
+    assert add_up(t.params for t in out) == model.params.total + model.params.extra.get("mtp", 0), model.name
     return tuple(out)
 
 

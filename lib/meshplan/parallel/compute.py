@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from meshplan.core.units import add_up
 from meshplan.core.validation import check_choice, check_count
 from meshplan.parallel.activations import RECOMPUTE_MODES
 from meshplan.parallel.engine_activations import op_projections, spec_implementation
@@ -136,12 +137,12 @@ def layer_forward_flop(layer: LayerSpec, seq: int, causal: bool = True) -> float
 def head_params(model: ModelSpec) -> float:
     """Parameters a token's matmuls touch outside the decoder layers: the output head (V·h, even when tied) and
     the final norm (``flop_params`` minus the layers' activated parameters)."""
-    return model.flop_params - sum(s.activated_params for s in _layers(model))
+    return model.flop_params - add_up(s.activated_params for s in _layers(model))
 
 
 def forward_flop_per_sequence(model: ModelSpec, seq: int, causal: bool = True) -> float:
     """Forward FLOP of the whole model for one sequence: 2 × flop_params × s + every layer's attention."""
-    attention = sum(attention_forward_flop(layer, seq, causal) for layer in _layers(model))
+    attention = add_up(attention_forward_flop(layer, seq, causal) for layer in _layers(model))
     return forward_flop(model.flop_params, seq) + attention
 
 
@@ -152,11 +153,11 @@ def recompute_flop_per_sequence(model: ModelSpec, seq: int, recompute: str, caus
     if recompute == "full":
         return forward_flop_per_sequence(model, seq, causal) - forward_flop(head_params(model), seq)
     if recompute == "selective":
-        return sum(
+        return add_up(
             attention_forward_flop(layer, seq, causal) for layer in _layers(model) if layer.mixer != "linear_attention"
         )
     if recompute == "op":  # torchtitan's op-level selective checkpointing: the projections it does not keep
-        return 2 * seq * sum(op_recomputed_params(layer, model) for layer in _layers(model))
+        return 2 * seq * add_up(op_recomputed_params(layer, model) for layer in _layers(model))
     check_choice("recompute", recompute, RECOMPUTE_MODES)  # "none" is what is left
     return 0.0
 
@@ -165,7 +166,7 @@ def op_recomputed_params(layer, model: ModelSpec) -> float:
     """Weights of the projections torchtitan's op-level selective checkpointing recomputes in one layer's backward
     (``engine_activations.op_projections``: every second ``mm``): their forward FLOP is 2 × these × tokens."""
     impl = spec_implementation(model)
-    return float(sum(n_in * n_out for _, _, n_in, n_out, _, kept in op_projections(layer, model.hidden_size, impl)
+    return float(add_up(n_in * n_out for _, _, n_in, n_out, _, kept in op_projections(layer, model.hidden_size, impl)
                      if not kept))  # fmt: skip
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 
 from meshplan.core.collectives import ALL_TO_ALL, RING_PASS, Collective, all_gather_bytes, ledger_bytes
+from meshplan.core.units import add_up
 from meshplan.core.validation import check_count
 from meshplan.spec.model import load_model
 
@@ -217,9 +218,9 @@ def load_imbalance(loads) -> float:
     1.706
     """
     loads = list(loads)
-    if not loads or min(loads) < 0 or sum(loads) == 0:
+    if not loads or min(loads) < 0 or add_up(loads) == 0:
         raise ValueError(f"loads={loads!r} must be non-negative with a positive sum")
-    return max(loads) / (sum(loads) / len(loads))
+    return max(loads) / (add_up(loads) / len(loads))
 
 
 def ring_kv_bytes_per_layer(s: int, b: int, kv_width: float, cp: int, act_bytes: int = ACT_BYTES) -> float:

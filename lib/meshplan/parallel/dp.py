@@ -17,6 +17,7 @@ Megatron-LM and FSDP2 reduce fp32 gradients, and ZeRO-2/3 and FSDP reduce (and g
 from __future__ import annotations
 
 from meshplan.core.collectives import naive_gather_bytes
+from meshplan.core.units import add_up
 from meshplan.core.validation import check_count, check_zero
 from meshplan.parallel.zero import model_states_bytes, sync_terms, zero_sync_bytes
 from meshplan.spec.accounting import DEFAULT_BPP, LAB_SYNC, Accounting, BytesPerParam, SyncCollective, get_accounting
@@ -44,8 +45,8 @@ def grad_sync_bytes(
         {'dp': 97.2, 'cp': 0.0}
     """
     return {
-        "dp": sum(sync_terms(dp, params / cp, schedule, micro_batches).values()),
-        "cp": sum(sync_terms(cp, params, schedule, micro_batches).values()),
+        "dp": add_up(sync_terms(dp, params / cp, schedule, micro_batches).values()),
+        "cp": add_up(sync_terms(cp, params, schedule, micro_batches).values()),
     }
 
 

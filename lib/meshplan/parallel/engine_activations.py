@@ -128,6 +128,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
+from meshplan.core.units import add_up
 from meshplan.core.validation import check_count
 from meshplan.spec.model import LayerSpec, ModelSpec
 from meshplan.spec.models.spec import NORM_NAMES
@@ -831,7 +832,7 @@ def layer_bytes(
     act_bytes: int = 2,
 ) -> float:
     """Bytes one decoder layer saves for one micro-batch on one GPU: the sum of ``layer_terms``."""
-    return sum(
+    return add_up(
         t.nbytes
         for t in layer_terms(
             layer,
@@ -1013,7 +1014,7 @@ def model_activations(
         device=device,
         act_bytes=act_bytes,
     )
-    total = sum(t.nbytes for terms in per_layer for t in terms) + sum(t.nbytes for t in model)
+    total = add_up(t.nbytes for terms in per_layer for t in terms) + add_up(t.nbytes for t in model)
     return ModelActivations(per_layer, model, total, 2 * seq * batch * vocab_size / tp)
 
 
@@ -1079,7 +1080,7 @@ def _shared_masks(
         sp=sp,
         device=device,
     )
-    return sum(t.nbytes for t in terms if t.part == "shared")
+    return add_up(t.nbytes for t in terms if t.part == "shared")
 
 
 def _model_parts(
@@ -1088,7 +1089,7 @@ def _model_parts(
     """(bytes the first stage keeps outside its layers, bytes the last stage keeps) for one micro-batch, less the
     shared masks (``_shared_masks``: every stage keeps its own)."""
     part = _model_level_parts(spec, s, b, recompute, tp, sp, device)
-    return sum(part.get(p, 0.0) for p in _FIRST_PARTS), sum(part.get(p, 0.0) for p in _LAST_PARTS)
+    return add_up(part.get(p, 0.0) for p in _FIRST_PARTS), add_up(part.get(p, 0.0) for p in _LAST_PARTS)
 
 
 def spec_implementation(spec: ModelSpec) -> Implementation:
@@ -1145,7 +1146,9 @@ def _stage_bytes(
 ) -> tuple[float, float]:
     impl = spec_implementation(spec)
     h = spec.hidden_size
-    in_layers = sum(_layer_bytes_cached(spec.layers[i], h, seq, batch, impl, recompute, tp, sp, device) for i in layers)
+    in_layers = add_up(
+        _layer_bytes_cached(spec.layers[i], h, seq, batch, impl, recompute, tp, sp, device) for i in layers
+    )
     rest = _shared_masks(spec, layers, seq, batch, recompute, tp, sp, device)
     if first or last:  # a middle stage keeps nothing else outside its layers
         f, l_ = _model_parts(spec, seq, batch, recompute, tp, sp, device)
@@ -1240,7 +1243,7 @@ def _stage_parts(
         if recompute == "full"
         else (max(one(i, "none") - one(i, "op") for i in layers) if recompute == "op" else 0.0),
         "before": _shared_masks(spec, layers, seq, batch, recompute, tp, sp, device)
-        + (sum(part.get(p, 0.0) for p in _FIRST_PARTS) if first else 0.0),
+        + (add_up(part.get(p, 0.0) for p in _FIRST_PARTS) if first else 0.0),
         "head": part.get("final_norm", 0.0) + part.get("head", 0.0) if last else 0.0,
         "loss": part.get("logits", 0.0) + part.get("loss", 0.0) if last else 0.0,
     }

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from meshplan.core.collectives import ALL_TO_ALL, Collective, all_to_all_bytes, ledger_bytes
+from meshplan.core.units import add_up
 from meshplan.core.validation import PlanError, check_count, check_non_negative, check_non_negative_int, check_positive
 
 ACT_BYTES = 2
@@ -357,12 +358,12 @@ def capacity_drops(load: RoutingLoad, experts_per_token: int, capacity_factor: f
     (160, 0, 1.25)
     """
     experts = len(load.expert_tokens)
-    assignments = sum(load.expert_tokens)
+    assignments = add_up(load.expert_tokens)
     if assignments % experts_per_token:
         raise ValueError(f"experts_per_token={experts_per_token} does not divide {assignments} assignments")
     cap = expert_capacity(assignments // experts_per_token, experts, experts_per_token, capacity_factor)
     over = [n - cap for n in load.expert_tokens if n > cap]
-    return CapacityDrops(cap, sum(over), sum(over) / assignments, len(over), experts * cap / assignments)
+    return CapacityDrops(cap, add_up(over), add_up(over) / assignments, len(over), experts * cap / assignments)
 
 
 # ---------------------------------------------------------------------------------------------- balancing

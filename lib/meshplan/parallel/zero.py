@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 
 from meshplan.core.collectives import all_gather_bytes, reduce_scatter_bytes, ring_all_reduce_bytes
+from meshplan.core.units import add_up
 from meshplan.core.validation import check_count, check_non_negative_int, check_zero
 from meshplan.spec.accounting import (
     DEFAULT_BPP,
@@ -60,7 +61,7 @@ def model_states_terms(
 
 def model_states_bytes(params: float, zero_stage: int = 0, dp: int = 1, bpp: BytesPerParam = DEFAULT_BPP) -> float:
     """Total model-state bytes per GPU: the sum of ``model_states_terms``."""
-    return sum(model_states_terms(params, zero_stage, dp, bpp).values())
+    return add_up(model_states_terms(params, zero_stage, dp, bpp).values())
 
 
 def min_gpus_for_states(params: float, gpu_memory_bytes: float, bpp: BytesPerParam = DEFAULT_BPP) -> int:
@@ -125,7 +126,7 @@ def zero_sync_bytes(n: int, grad_bytes: float, zero_stage: int = 0) -> float:
         >>> round(zero_sync_bytes(8, 2 * 27_781_427_952, 3) / 1e9, 1)
         145.9
     """
-    return sum(zero_sync_terms(n, grad_bytes, zero_stage).values())
+    return add_up(zero_sync_terms(n, grad_bytes, zero_stage).values())
 
 
 # ---------------------------------------------------------------- FSDP2 unit by unit (what torch actually runs)
@@ -138,7 +139,7 @@ def fsdp_unit_params(spec) -> list[int]:
         [540928, 786944, 786944, 786944, 786944]
     """
     layers = list(spec.layer_params)
-    return [spec.params.total - sum(layers), *layers]
+    return [spec.params.total - add_up(layers), *layers]
 
 
 def fsdp2_collectives_per_step(
@@ -179,13 +180,13 @@ def fsdp2_collectives_per_step(
     check_count("micro_batches", micro_batches)
     if len(resharded) != len(unit_params):
         raise ValueError(f"resharded has {len(resharded)} entries for {len(unit_params)} units")
-    m, units, params = micro_batches, len(unit_params), sum(unit_params)
+    m, units, params = micro_batches, len(unit_params), add_up(unit_params)
     again = [p for p, r in zip(unit_params, resharded) if r]
     syncs = m if sync_every_micro_batch else 1
     return {
         "all_gathers": m * (units + len(again)),
         "reduce_scatters": syncs * units,
-        "all_gather_bytes": m * (params + sum(again)) * param_bytes,
+        "all_gather_bytes": m * (params + add_up(again)) * param_bytes,
         "reduce_scatter_bytes": syncs * params * grad_bytes,
     }
 
@@ -298,9 +299,9 @@ def fsdp2_unsharded_bytes(
     moving = [p for p, r in rest if r]
     return {
         "root": unit_params[0] * param_bytes,
-        "kept after forward": sum(p for p, r in rest if not r) * param_bytes,
+        "kept after forward": add_up(p for p, r in rest if not r) * param_bytes,
         "in flight": (min(1 + prefetch, len(moving)) * max(moving) * param_bytes) if moving else 0,
-        "accumulated gradients": 0 if sync_every_micro_batch else sum(unit_params) * grad_bytes,
+        "accumulated gradients": 0 if sync_every_micro_batch else add_up(unit_params) * grad_bytes,
     }
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any
 
+from meshplan.core.units import add_up
 from meshplan.core.validation import PlanError, check_choice, check_count, check_zero, is_count
 from meshplan.parallel import activations as act
 from meshplan.parallel.engine_activations import op_refusal
@@ -421,9 +422,9 @@ class Plan:
             check_count("layers_per_stage entry", n, error=PlanError)
         if len(lps) != self.dims.pp:
             raise PlanError(f"layers_per_stage has {len(lps)} entries but pp={self.dims.pp}", "layers_per_stage")
-        if sum(lps) != self.model.num_layers:
+        if add_up(lps) != self.model.num_layers:
             raise PlanError(
-                f"layers_per_stage adds up to {sum(lps)}, not {self.model.num_layers} layers", "layers_per_stage"
+                f"layers_per_stage adds up to {add_up(lps)}, not {self.model.num_layers} layers", "layers_per_stage"
             )
         if min(lps) < self.virtual_stages:
             raise PlanError(

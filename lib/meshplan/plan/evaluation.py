@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from meshplan.core.collectives import Collective, ledger_bytes
+from meshplan.core.units import add_up
 from meshplan.parallel import activations as act
 from meshplan.parallel.cp import (
     cp_collectives,
@@ -175,8 +176,8 @@ def fp8_weight_copy_bytes(plan: Plan, stage: Stage) -> float:
     if plan.precision == "bf16" or plan.accounting.name != "megatron":
         return 0.0
     m, d = plan.model, plan.dims
-    dense = sum(m.layers[i].params - m.layers[i].expert_params for i in stage.layers) / d.tp
-    experts = sum(m.layers[i].expert_params for i in stage.layers) / (d.etp * d.ep)
+    dense = add_up(m.layers[i].params - m.layers[i].expert_params for i in stage.layers) / d.tp
+    experts = add_up(m.layers[i].expert_params for i in stage.layers) / (d.etp * d.ep)
     return FP8_WEIGHT_COPY_BYTES[plan.precision] * (dense + experts)
 
 
@@ -453,7 +454,7 @@ def memory_budget(ledger: str, hw: Hardware, dims: ParallelDims, peak_allocated:
     if ledger == "lab":
         return Headroom(peak_allocated, hw.gpu_memory_bytes, 0.0, 1.0)
     separate = dims.ep > 1 or dims.etp != dims.tp
-    groups = sum(n > 1 for n in (dims.tp, dims.cp, dims.pp, dims.dp, dims.ep)) + (separate and dims.expert_dp > 1)
+    groups = add_up(n > 1 for n in (dims.tp, dims.cp, dims.pp, dims.dp, dims.ep)) + (separate and dims.expert_dp > 1)
     return Headroom(
         peak_allocated,
         hw.device_total_bytes or hw.gpu_memory_bytes,
@@ -585,7 +586,7 @@ def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInpu
     sync = grad_sync_bytes(dense_here + (0.0 if separate_experts else experts_gpu), d.dp, c, schedule, mb)
     comm["dp"], comm["cp"] = sync["dp"], sync["cp"]
     if separate_experts and experts_gpu:
-        comm["edp"] = sum(sync_terms(d.expert_dp, experts_gpu, schedule, mb).values())
+        comm["edp"] = add_up(sync_terms(d.expert_dp, experts_gpu, schedule, mb).values())
     grad_sync = {"dp": comm["dp"], "cp": comm["cp"], "edp": comm["edp"]}
     # TP, CP and EP as lists of collectives per layer and micro-batch (the step-time model prices the same lists)
     collectives = dict(
@@ -642,7 +643,7 @@ def evaluate(plan: Plan) -> Report:
     # ---- memory: the most-loaded stage (its own states plus its own activations)
     per_layer = lab_per_layer(plan)
     per_stage = _stage_memory(plan, per_layer)
-    totals = [sum(terms.values()) + activ for terms, activ in per_stage]
+    totals = [add_up(terms.values()) + activ for terms, activ in per_stage]
     by_stage = []
     memo: Moments = {}  # stages alike in all a step's moments read share them
     for st_, (terms_, activ_) in zip(plan.stages, per_stage, strict=True):
@@ -656,7 +657,7 @@ def evaluate(plan: Plan) -> Report:
     k_peak = max(range(p), key=lambda k: (by_stage[k].peak.total, -k))
     k_mem = max(range(p), key=lambda k: (totals[k], -k))
     terms, activ = per_stage[k_mem]
-    states = sum(terms.values())
+    states = add_up(terms.values())
     total = states + activ
     st_mem = plan.stages[k_mem]
     params_per_gpu = st_mem.dense_params / t + st_mem.expert_params / (d.etp * e)
@@ -671,7 +672,7 @@ def evaluate(plan: Plan) -> Report:
     room = memory_budget(acc.name, hw, d, peak)
     floor = memory_floor(
         acc.name,
-        [sum(terms_.values()) for terms_, _ in per_stage],
+        [add_up(terms_.values()) for terms_, _ in per_stage],
         [terms_["grads"] for terms_, _ in per_stage],
         [a for _, a in per_stage],
         freed_at_the_head(plan),

@@ -57,6 +57,7 @@ from meshplan.core.collectives import (
     ring_all_reduce_bytes,
 )
 from meshplan.core.resources import read_json
+from meshplan.core.units import add_up
 from meshplan.core.validation import LedgerError
 
 
@@ -77,7 +78,7 @@ class BytesPerParam:
 
     @property
     def total(self) -> int:
-        return sum(self.terms().values())
+        return add_up(self.terms().values())
 
     @property
     def optimizer(self) -> int:

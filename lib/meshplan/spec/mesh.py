@@ -32,6 +32,7 @@ from math import gcd
 from types import MappingProxyType
 from typing import Any
 
+from meshplan.core.units import add_up
 from meshplan.core.validation import PlanError, check_count
 from meshplan.spec.dims import AXES, DEFAULT_ORDER, MEGATRON_ORDER, ParallelDims, parse_order
 
@@ -117,7 +118,7 @@ class Mesh:
                 raise ValueError(
                     f"{a}={c!r} is not a coordinate of an axis of size {self.sizes[a]} (0..{self.sizes[a] - 1})"
                 )
-        return sum(coords.get(a, 0) * self.strides[a] for a in AXES)
+        return add_up(coords.get(a, 0) * self.strides[a] for a in AXES)
 
     def _check_rank(self, rank: int) -> None:
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < self.world_size:
@@ -193,7 +194,10 @@ class Mesh:
         blocks = len(lists[0]) // span
         if axis == "ep":  # fixed (list, block, offset), the EP position varies
             return [
-                [lst[b * span + j * k + off] for j in range(ep)] for lst in lists for b in range(blocks) for off in range(k)
+                [lst[b * span + j * k + off] for j in range(ep)]
+                for lst in lists
+                for b in range(blocks)
+                for off in range(k)
             ]
         return [[lst[b * span + q] for b in range(blocks)] for lst in lists for q in range(span)]
 

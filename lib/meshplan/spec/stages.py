@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from meshplan.core.units import add_up
 from meshplan.core.validation import check_count
 from meshplan.spec.model import ModelSpec
 
@@ -205,8 +206,8 @@ def _stages(model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] | None,
     lps = tuple(layers_per_stage) if layers_per_stage is not None else (L // pp,) * pp
     tab = _layer_tables(model)
     comps, extra = model.params.components, model.params.extra
-    outside = model.params.total - sum(model.layer_params)
-    final_norm = sum(n * per for name, n, per in model.params.groups if name == "final_norm")
+    outside = model.params.total - add_up(model.layer_params)
+    final_norm = add_up(n * per for name, n, per in model.params.groups if name == "final_norm")
     first = comps["embedding"] + comps["vision"]
     mtp = comps["mtp"] + extra.get("mtp", 0)
     mtp_experts = max(model.layer_expert_params or (0,)) if (mtp and model.is_moe) else 0

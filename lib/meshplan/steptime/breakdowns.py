@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from meshplan.core.units import add_up
 from meshplan.parallel.compute import attention_forward_flop
 from meshplan.parallel.ep import ACT_BYTES, all_to_all_bytes_per_token
 from meshplan.plan import Plan, Report
@@ -183,13 +184,13 @@ def ring_overlap(
     kv = ring[0].bytes_each
     transfer = kv / (hw.bandwidth(link) * cal.link_efficiency) + collective_latency_s(ring[0].kind, c, link)
     rate = hw.peak_bf16_flop_per_s * ((flash_attention_utilisation(hw) if flash else None) or cal.matmul_efficiency)
-    flop = sum(
+    flop = add_up(
         attention_forward_flop(model.layers[i], s, flash)
         for i in st.layers
         if model.layers[i].mixer != "linear_attention"
     )
     attention = flop * b / (t * c) / rate / st.full_attention_layers
-    passes = sum(coll.count for coll in ring)
+    passes = add_up(coll.count for coll in ring)
     return RingOverlap(kv, transfer, attention, passes, st.full_attention_layers, link, ex.cp_overlap)
 
 
@@ -274,7 +275,7 @@ def all_to_all_balance(
     ex = replace(steptime.execution_for(p.accounting.name), pipeline="1f1b")
     mb = steptime.micro_batch(report, st.index, ex)
     link = report.link["ep"]
-    count = sum(coll.count for coll in report.collectives["ep"]) * st.moe_layers
+    count = add_up(coll.count for coll in report.collectives["ep"]) * st.moe_layers
     latency = count * steptime.collective_latency_s("all-to-all", d.ep, link)
     h, k = p.model.hidden_size, p.model.experts_per_token
     mesh = p.mesh

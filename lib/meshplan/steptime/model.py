@@ -80,6 +80,7 @@ from functools import lru_cache
 
 from meshplan.core.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, RING_PASS, Collective
 from meshplan.core.resources import read_json
+from meshplan.core.units import add_up
 from meshplan.parallel import compute
 from meshplan.parallel.activations import activation_bytes_per_layer
 from meshplan.parallel.zero import sync_terms
@@ -233,7 +234,7 @@ class StepTime:
 
     @property
     def total_s(self) -> float:
-        return sum(self.terms().values())
+        return add_up(self.terms().values())
 
     def terms(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in TERMS}
@@ -380,8 +381,8 @@ def _op_share(m, layers: range, recompute: str) -> float:
     if recompute != "op" or not m.layers:
         return 0.0
     specs = [m.layers[i] for i in layers]
-    total = sum(L.params - L.expert_params for L in specs)
-    return sum(compute.op_recomputed_params(L, m) for L in specs) / total if total else 0.0
+    total = add_up(L.params - L.expert_params for L in specs)
+    return add_up(compute.op_recomputed_params(L, m) for L in specs) / total if total else 0.0
 
 
 def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
@@ -451,9 +452,9 @@ def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Cal
     if t > 1 and link:
         coll = report.collectives["tp"]
         if ex.tp_overlap == "backward":  # Megatron-Core hides what a GEMM can cover in the backward
-            tp_s = sum(x.count * seconds(x, link) for x in coll if x.hidden_by is None) * n
+            tp_s = add_up(x.count * seconds(x, link) for x in coll if x.hidden_by is None) * n
         else:
-            tp_s = sum(x.count * seconds(x, link) for x in coll) * n
+            tp_s = add_up(x.count * seconds(x, link) for x in coll) * n
             if ex.tp_overlap == "full":
                 tp_s = max(0.0, tp_s - gemm)
 
@@ -463,7 +464,7 @@ def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Cal
     link = report.link["cp"]
     if c > 1 and link and st.linear_attention_layers:  # Megatron-Core's Gated DeltaNet all-to-alls: nothing hides them
         linear = report.collectives.get("cp_linear", ())
-        cp_s += sum(x.count * seconds(x, link) for x in linear) * st.linear_attention_layers
+        cp_s += add_up(x.count * seconds(x, link) for x in linear) * st.linear_attention_layers
     if c > 1 and link and st.full_attention_layers:
         attn_pass = attention_pass / st.full_attention_layers
         for ring in report.collectives["cp"]:
@@ -476,7 +477,7 @@ def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Cal
     ep_s = 0.0
     link = report.link["ep"]
     if e > 1 and link and st.moe_layers:
-        ep_s = sum(x.count * seconds(x, link) for x in report.collectives["ep"]) * st.moe_layers
+        ep_s = add_up(x.count * seconds(x, link) for x in report.collectives["ep"]) * st.moe_layers
         if dualpipe(p, ex):
             ep_s = max(0.0, ep_s - forward - backward)
     return MicroBatch(forward, backward, gemm, tp_s, cp_s, ep_s)
@@ -491,7 +492,7 @@ def _dp_exposed_s(report: Report | StepInputs, mb: MicroBatch, units: int, ex: E
         return 0.0
     # each collective's share of the synchronisation bytes: the same for every group size (the ring factors of
     # all-reduce, reduce-scatter and all-gather keep their ratios), so one computation serves the DP, CP and EDP parts
-    total = sum(sync_terms(2, 1.0, schedule, m).values())
+    total = add_up(sync_terms(2, 1.0, schedule, m).values())
     groups = {"dp": d.dp, "cp": d.cp, "edp": d.expert_dp}
     slots = {"forward": [0.0, 0.0], "backward": [0.0, 0.0], "after": [0.0, 0.0]}  # [every micro-batch, once]
     for c in schedule:
@@ -506,7 +507,7 @@ def _dp_exposed_s(report: Report | StepInputs, mb: MicroBatch, units: int, ex: E
             seconds += units * collective_latency_s(c.kind, groups[key], link)
         slots[c.window][0 if c.per_micro_batch else 1] += seconds
     if not ex.dp_overlap:
-        return sum(m * every + once for every, once in slots.values())
+        return add_up(m * every + once for every, once in slots.values())
 
     def exposed(busy: float, window: float) -> float:
         return min(busy, max(0.0, busy - window) + busy / units)
@@ -592,7 +593,7 @@ def step_time(
         bubble = report.bubble * m * slot
     units = max(p.stages[k].num_layers, 1)
     states = report.model_states_terms
-    optimizer_bytes = sum(states.values()) + sum(states.get(x, 0.0) for x in ("master", "adam_m", "adam_v"))
+    optimizer_bytes = add_up(states.values()) + add_up(states.get(x, 0.0) for x in ("master", "adam_m", "adam_v"))
     st = StepTime(
         compute_s=m * mb.compute_s,
         tp_s=m * mb.tp_s,

@@ -17,6 +17,7 @@ from dataclasses import replace
 from functools import lru_cache
 from types import MappingProxyType
 
+from meshplan.core.units import add_up
 from meshplan.spec.models.spec import COMPONENT_KEYS, LayerSpec, ModelSpec, ParamCount
 
 
@@ -190,8 +191,8 @@ def build_spec(
         groups.append(("vision_tower", 1, vision))
     if mtp:
         groups.append(("mtp", 1, mtp))
-    total = sum(comps.values())
-    assert total == sum(n * p for _, n, p in groups), (name, total, groups)
+    total = add_up(comps.values())
+    assert total == add_up(n * p for _, n, p in groups), (name, total, groups)
     attn = [s for s in layers if s.mixer != "linear_attention"] or list(layers)
     first = attn[0]
     if first.mixer == "mla":
@@ -216,7 +217,7 @@ def build_spec(
         vocab_size=V,
         params=pc,
         layer_params=tuple(s.params for s in layers),
-        flop_params=sum(s.activated_params for s in layers) + final + V * h,
+        flop_params=add_up(s.activated_params for s in layers) + final + V * h,
         linear_num_key_heads=linear.linear_num_key_heads if linear else 0,
         linear_num_value_heads=linear.linear_num_value_heads if linear else 0,
         num_experts=max((s.num_experts for s in moe), default=0),

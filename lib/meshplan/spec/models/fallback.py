@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from meshplan.core.units import add_up
 from meshplan.spec.models.fields import MAX_LAYERS, Fields, show
 from meshplan.spec.models.spec import COMPONENT_KEYS, LayerSpec, ModelSpec, ParamCount
 
@@ -92,7 +93,7 @@ def _decoder_layers(model: Any, n_layers: int) -> list[Any]:
     lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n_layers]
     if not lists:
         raise ValueError(f"no list of {n_layers} decoder layers found in {type(model).__name__}")
-    best: Any = max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
+    best: Any = max(lists, key=lambda m: add_up(p.numel() for p in m.parameters()))
     return list(best)
 
 
@@ -111,12 +112,12 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
     model = _build(dict(cfg), where)
 
     params = {id(p): p for p in model.parameters()}  # tied weights once
-    total = sum(p.numel() for p in params.values())
+    total = add_up(p.numel() for p in params.values())
     emb = model.get_input_embeddings()
     head = model.get_output_embeddings()
-    emb_n = sum(p.numel() for p in emb.parameters()) if emb is not None else 0
+    emb_n = add_up(p.numel() for p in emb.parameters()) if emb is not None else 0
     tied = head is not None and emb is not None and head.weight is emb.weight
-    head_n = 0 if head is None or tied else sum(p.numel() for p in head.parameters())
+    head_n = 0 if head is None or tied else add_up(p.numel() for p in head.parameters())
     layers = _decoder_layers(model, n_layers)
     layer_ids = {id(p) for m in layers for p in m.parameters()}
 
@@ -136,7 +137,7 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
                 comps["attention"] += p.numel()
             else:
                 comps["mlp"] += p.numel()
-        n = sum(p.numel() for p in m.parameters())
+        n = add_up(p.numel() for p in m.parameters())
         specs.append(
             LayerSpec(
                 mixer="attention",
@@ -160,10 +161,10 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
             continue
         low = pname.lower()
         comps["vision" if ("vision" in low or "visual" in low) else "norms"] += p.numel()
-    assert sum(comps.values()) == total, (comps, total)
+    assert add_up(comps.values()) == total, (comps, total)
 
     moe = [s for s in specs if s.is_moe]
-    in_layers = sum(s.params for s in specs)
+    in_layers = add_up(s.params for s in specs)
     rest = total - emb_n - head_n - in_layers  # final norm, learned positions, vision, ...
     counts: dict[int, int] = {}
     for s in specs:
@@ -184,7 +185,7 @@ def from_transformers(cfg: dict, name: str, where: str) -> ModelSpec:
         vocab_size=vocab,
         params=ParamCount(total, MappingProxyType(comps), tuple(groups)),
         layer_params=tuple(s.params for s in specs),
-        flop_params=sum(s.activated_params for s in specs) + rest - comps["vision"] + vocab * h,
+        flop_params=add_up(s.activated_params for s in specs) + rest - comps["vision"] + vocab * h,
         num_experts=n_experts if moe else 0,
         experts_per_token=k if moe else 0,
         num_moe_layers=len(moe),
