@@ -54,12 +54,21 @@ def _qwen(f: Fields, name: str, family: str, s, layers) -> ModelSpec:
 
 
 def _experts(f: Fields) -> tuple[int, int, int]:
-    """(routed experts, experts per token, expert width); ``num_experts`` 0 makes every layer dense."""
-    n = f.integer("num_experts", lo=0)
+    """(routed experts, experts per token, expert width); ``num_experts`` 0 makes every layer dense.
+
+    The expert count is ``num_experts`` (the Hub's Qwen2/3-MoE configs) or ``num_local_experts``, the name
+    transformers 5 writes for Qwen3-MoE (``Qwen3MoeConfig.attribute_map = {"num_experts": "num_local_experts"}``,
+    so ``save_pretrained`` puts the latter on disk) and reads either by. Both present must agree."""
+    key = "num_local_experts" if f.cfg.get("num_local_experts") is not None else "num_experts"
+    n = f.integer(key, lo=0)
+    if key == "num_local_experts" and f.cfg.get("num_experts") is not None:
+        other = f.integer("num_experts", lo=0)
+        if other != n:
+            raise f.error(f"'{f.name('num_experts')}' = {other} and '{f.name(key)}' = {n} name two expert counts")
     if not n:
         unused(f, "num_experts_per_tok", "moe_intermediate_size")
         return 0, 0, 0
-    n, k = routed_experts(f, "num_experts", n)
+    n, k = routed_experts(f, key, n)
     return n, k, f.integer("moe_intermediate_size")
 
 
