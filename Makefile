@@ -12,6 +12,7 @@
 #                  (re-runs only when package-lock.json changes; installs Debian's npm if there is none)
 #   make lint      ruff (lint and format), mypy, import-linter (the library's layers) and ESLint (the widgets' page
 #                  scripts, lib/meshplan/widgets/static/*.js, and their Node tests, tests/js)
+#   make serve     serve the built site on http://127.0.0.1:8000/ (the live planner needs HTTP, not file://)
 #   make lab       JupyterLab on 127.0.0.1 with live widgets (opens the evolution map)
 #   make clean     remove build outputs; `make distclean` also removes .venv
 
@@ -40,7 +41,7 @@ LAB_NOTEBOOK ?= notebooks/00_evolution_map.ipynb
 NBVAL    := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-current-env --nbval-cell-timeout=300
 STORED_CONFIG := _build/config-stored.yml
 
-.PHONY: venv chromium node book book-stored test check lint clean distclean
+.PHONY: venv chromium node book book-stored serve test check lint clean distclean
 
 venv: $(STAMP)
 
@@ -76,21 +77,27 @@ node:
 # Every page's math is typeset once, at build time, by the site's own MathJax under Node (scripts/typeset_math.js):
 # readers' browsers run no MathJax, and a TeX error fails the build.
 TYPESET_MATH := $(NODE) scripts/typeset_math.js _build/html
+# The live planner (book/planner.md): the library as a wheel and Pyodide's runtime (node_modules/pyodide, pinned by
+# package-lock.json), copied into the built site's _static/ (scripts/build_planner_assets.py).
+PLANNER_ASSETS := $(VENV_BIN)/python scripts/build_planner_assets.py _build/html
+# The built site over HTTP on 127.0.0.1 (the planner's WebAssembly worker does not start from file://).
+SERVE_PORT ?= 8000
 
 # --all: fresh Sphinx environment, so every notebook is re-executed (execute_notebooks: force)
 # and every warning is re-emitted. -W --keep-going: report all warnings, then exit non-zero.
 # MESHPLAN_STATIC=1: exercises emit only their static HTML (answers for every slider combination and
 # plain JavaScript), no live widget, so the pages carry no widget state.
-book: venv node
+book: venv node node_modules
 	@mkdir -p _build
 	MESHPLAN_STATIC=1 $(VENV_BIN)/jupyter-book build -W -n --keep-going --all . 2>&1 | tee $(BUILD_LOG)
 	@if grep -q 'build finished with problems' $(BUILD_LOG); then \
 	  echo "book: the build emitted warnings (see $(BUILD_LOG))" >&2; exit 1; fi
 	$(TYPESET_MATH)
+	$(PLANNER_ASSETS)
 
 # The same site without executing the notebooks: their stored outputs, which strict nbval verifies against a
 # fresh run in `make test` just before (so each notebook executes once per `make test`).
-book-stored: venv node
+book-stored: venv node node_modules
 	@mkdir -p _build
 	sed 's/^  execute_notebooks: force$$/  execute_notebooks: "off"/' _config.yml > $(STORED_CONFIG)
 	@grep -q 'execute_notebooks: "off"' $(STORED_CONFIG)
@@ -99,6 +106,12 @@ book-stored: venv node
 	@if grep -q 'build finished with problems' $(BUILD_LOG); then \
 	  echo "book: the build emitted warnings (see $(BUILD_LOG))" >&2; exit 1; fi
 	$(TYPESET_MATH)
+	$(PLANNER_ASSETS)
+
+serve:
+	@test -f _build/html/_static/planner/manifest.json || { echo "serve: build the site first (make book)" >&2; exit 1; }
+	@echo "serving _build/html on http://127.0.0.1:$(SERVE_PORT)/ (the planner: /book/planner.html); Ctrl+C stops"
+	$(VENV_BIN)/python -m http.server $(SERVE_PORT) --bind 127.0.0.1 --directory _build/html
 
 # 1. everything but the browser tests, and strict nbval (every notebook executed once); 2. the site from those
 # outputs; 3. the browser tests: the built site (offline, layout, each chapter), the widget pages, JupyterLab.
@@ -117,7 +130,7 @@ lint: venv node_modules
 	$(VENV_BIN)/ruff format --check lib tests scripts
 	$(VENV_BIN)/mypy
 	$(VENV_BIN)/lint-imports --no-cache  # the library's layers (.importlinter)
-	node_modules/.bin/eslint --max-warnings 0 eslint.config.js lib/meshplan/widgets/static tests/js  # eslint.config.js says how
+	node_modules/.bin/eslint --max-warnings 0 eslint.config.js lib/meshplan/widgets/static book/_static tests/js  # eslint.config.js says how
 
 # ESLint from npm, the versions package-lock.json pins: `npm ci` installs exactly that tree, again only when the lock
 # changes (the stamp, inside node_modules/, goes when npm ci empties it). Debian's nodejs comes without npm (bookworm:

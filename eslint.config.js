@@ -28,6 +28,27 @@ module.exports = [
     },
   },
   {
+    // The book's own page scripts (book/_static: site.js on every page, planner.js on the live planner's): classic
+    // scripts, ECMAScript 2020.
+    files: ["book/_static/*.js"],
+    ...js.configs.recommended,
+    languageOptions: {
+      ecmaVersion: 2020,
+      sourceType: "script",
+      globals: { ...globals.browser },
+    },
+  },
+  {
+    // The live planner's worker: a module worker (it imports Pyodide's pyodide.mjs).
+    files: ["book/_static/*.mjs"],
+    ...js.configs.recommended,
+    languageOptions: {
+      ecmaVersion: 2022,
+      sourceType: "module",
+      globals: { ...globals.worker },
+    },
+  },
+  {
     // The scripts' unit tests, run by Node's own test runner (node --test; tests/test_widget_js.py runs them).
     files: ["tests/js/**/*.mjs"],
     ...js.configs.recommended,

@@ -5,6 +5,7 @@ simulator near-linear in its operations; `make check` ≤ 20 s and the pytest pa
 2-core machine; a clean book build ≤ 120 s.
 
     .venv/bin/python scripts/benchmark.py            # plans, searches, schedules (about two minutes)
+    .venv/bin/python scripts/benchmark.py --planner  # only the live planner in Chromium (needs the built site)
     .venv/bin/python scripts/benchmark.py --full     # also make check, the parts of make test, page loads in
                                                      # Chromium, a clean book build (about 8 minutes)
 
@@ -182,6 +183,66 @@ def bench_page_loads(repeat: int = 6) -> None:
         )
 
 
+def bench_planner(repeat: int = 3) -> None:
+    """The live planner (book/planner.html) in headless Chromium, served by a static server on 127.0.0.1 as a reader
+    serves it (tests/test_browser_planner.py's server): the bytes the first Plan downloads (every response's body, the
+    runtime and the wheel; Chromium's cache off, so each load counts them), the seconds from the press to the first
+    result (the runtime's load included), then a plan, a search and an export once loaded. Needs the built site and
+    its planner assets (make book or book-stored)."""
+    import functools
+    import http.server
+    import threading
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from browser import DESKTOP, SITE_DIR, shared_chromium
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(SITE_DIR)))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/book/planner.html"
+    first: list[float] = []
+    sizes: list[int] = []
+    loaded: dict[str, list[float]] = {"plan": [], "search": [], "export": []}
+    wait = "n => window.plannerTimings.runs.length >= n"
+    for _ in range(repeat):
+        context = shared_chromium().new_context(viewport=DESKTOP, service_workers="block")
+        got: list[int] = []
+        context.on("requestfinished", lambda r, got=got: got.append(r.sizes()["responseBodySize"]))
+        tab = context.new_page()
+        cdp = context.new_cdp_session(tab)
+        cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+        tab.goto(url)
+        tab.select_option("#planner-model", "qwen3.8-27b")
+        tab.fill("#planner-gpus", "64")
+        tab.fill("#planner-tp", "4")
+        tab.fill("#planner-pp", "4")
+        tab.fill("#planner-global-batch", "256")
+        tab.select_option("#planner-hardware", "h100-sxm-80gb")
+        page_bytes = sum(got)
+        t0 = time.perf_counter()
+        tab.click("#planner-run")
+        tab.wait_for_function(wait, arg=1, timeout=300_000)
+        first.append(time.perf_counter() - t0)
+        sizes.append(sum(got) - page_bytes)
+        for n, (kind, button) in enumerate((("plan", "run"), ("search", "search"), ("export", "export")), 2):
+            t0 = time.perf_counter()
+            tab.click(f"#planner-{button}")
+            tab.wait_for_function(wait, arg=n, timeout=300_000)
+            loaded[kind].append(time.perf_counter() - t0)
+        context.close()
+    srv.shutdown()
+    print(
+        f"live planner: the first Plan downloads {statistics.median(sizes) / 1e6:.2f} MB and shows its result in "
+        f"{statistics.median(first):.2f} s (median of {repeat} cold loads); then a plan "
+        f"{statistics.median(loaded['plan']) * 1e3:.0f} ms (two runs: text and JSON), a search of Qwen3.8-27B on 64 "
+        f"H100s {statistics.median(loaded['search']):.2f} s, an export "
+        f"{statistics.median(loaded['export']) * 1e3:.0f} ms"
+    )
+
+
 def timed(cmd: list[str]) -> tuple[float, float]:
     """``(seconds, core-seconds)`` of ``cmd``, run as the Makefile runs it (bytecode caches allowed: the Makefile
     unexports PYTHONDONTWRITEBYTECODE). The core-seconds are the machine's busy time while it ran (``busy_s``): the
@@ -208,7 +269,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="also time a clean book build and pytest")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each search timing (their median is printed)")
+    ap.add_argument("--planner", action="store_true", help="only the live planner in Chromium (needs the built site)")
     args = ap.parse_args()
+    if args.planner:
+        bench_planner()
+        return 0
     bench_machine()
     bench_plans()
     bench_search(args.repeat)
@@ -244,6 +309,7 @@ def main() -> int:
             total += say(f"  part 1, {label}, one process", cmd)
         print(f"  part 1's groups in one process each: {total:.0f} core-s; with two workers: {part1_cpu:.0f} core-s")
         bench_page_loads()
+        bench_planner()
         shutil.rmtree(ROOT / "_build", ignore_errors=True)
         say("clean book build (make book)", ["make", "book"])
         bench_machine()

@@ -24,13 +24,13 @@
   };
   const storage = {
     get(key) {
-      try { return window.localStorage.getItem(key); } catch (error) { return null; }
+      try { return window.localStorage.getItem(key); } catch { return null; }
     },
     set(key, value) {
       try {
         if (value === null) window.localStorage.removeItem(key);
         else window.localStorage.setItem(key, value);
-      } catch (error) { /* storage disabled: the state lasts for this page only */ }
+      } catch { /* storage disabled: the state lasts for this page only */ }
     },
   };
 
@@ -218,6 +218,7 @@
   };
 
   /* ---- 4. Search under file:// ----------------------------------------------------------------------------- */
+  /* global DOCUMENTATION_OPTIONS */ // Sphinx's, set by documentation_options.js on every page
   const LOCAL = window.location.protocol === "file:";
   if (LOCAL && typeof DOCUMENTATION_OPTIONS !== "undefined") DOCUMENTATION_OPTIONS.SHOW_SEARCH_SUMMARY = false;
   const noteSearch = () => {
