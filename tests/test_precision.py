@@ -128,3 +128,19 @@ def test_search_trains_every_candidate_in_the_precision(capsys):
             "--hardware", "h100-sxm-80gb", "--accounting", "megatron", "--precision", "fp8", "--top", "1"]  # fmt: skip
     assert main(args) == 0
     assert "fp8 GEMMs" in capsys.readouterr().out
+
+
+def test_chapter_8_precision_section_claims():
+    """What chapter 8's precision section says in words, held true by the numbers it glues."""
+    from meshplan.core.units import GB
+    from meshplan.course.precision import precision_rows
+
+    by = {(r["model"], r["precision"]): r for r in precision_rows()}
+    b70, f70 = by["llama-3.1-70b", "bf16"], by["llama-3.1-70b", "fp8"]
+    assert b70["step_s"] / 2 < f70["step_s"] < b70["step_s"]  # "FP8 does not halve the step"
+    assert f70["mfu"] > b70["mfu"]  # MFU against the bf16 peak rises
+    f405, x405 = by["llama-3.1-405b", "fp8"], by["llama-3.1-405b", "mxfp8"]
+    assert x405["step_s"] > f405["step_s"] and x405["published_step_s"] > f405["published_step_s"]  # MXFP8 slower
+    assert x405["fp8_weight_copies_bytes"] > f405["fp8_weight_copies_bytes"] > 0  # the scales on top
+    assert f70["peak_allocated_bytes"] > 80 * GB  # "above the GPU's memory", although NVIDIA trained it
+    assert f70["peak_allocated_bytes"] - b70["peak_allocated_bytes"] >= f70["fp8_weight_copies_bytes"] * 0.99
