@@ -275,9 +275,14 @@ def skip_prediction(exercise) -> str:
 
 
 def predict(exercise, text: str, enter: bool = False) -> list[str]:
-    """Type a prediction, press Check (or Enter), and return the lines the exercise shows."""
+    """Type a prediction (or choose it, for an exercise with choices), press Check (or Enter), and return the lines the
+    exercise shows."""
     box = exercise.locator(".mp-prediction")
-    box.fill(text)
+    if box.get_attribute("role") == "radiogroup":  # a word answer's choices: check the one named ``text``
+        box = box.locator(f'input[type="radio"][value="{text}"]')
+        box.check()
+    else:
+        box.fill(text)
     if enter:
         box.press("Enter")
     else:

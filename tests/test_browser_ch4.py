@@ -1,5 +1,6 @@
 """Chapter 4 in the built site (headless Chromium, offline, desktop and phone): the check-bench exercise (a word
-answer), the KV-head exercise flagging Megatron-LM's refusal, and the plan checklist."""
+answer, chosen from radio buttons; its slider announces the value), the KV-head exercise flagging Megatron-LM's
+refusal, and the plan checklist."""
 
 from __future__ import annotations
 
@@ -31,9 +32,11 @@ def test_chapter4_check_bench_exercise(viewport):
         assert _word(2, "float32") == "exactly zero"
         assert predict(ex, "exactly zero")[0] == compare("exactly zero", Result("exactly zero", "exactly zero"))
 
-        ex.locator('input.mp-slider[data-name="t"]').focus()
+        slider = ex.locator('input.mp-slider[data-name="t"]')
+        assert slider.get_attribute("aria-valuetext") == "2"  # announced as the value, not the position (1)
+        slider.focus()
         page.keyboard.press("ArrowRight")  # t = 2 -> 3
-        assert chosen(ex, "t") == "3"
+        assert chosen(ex, "t") == "3" and slider.get_attribute("aria-valuetext") == "3"
         word = _word(3, "float32")
         assert word == "nonzero"
         answer = predict(ex, "exactly zero", enter=True)
@@ -43,6 +46,12 @@ def test_chapter4_check_bench_exercise(viewport):
             .inner_text()
             .startswith(f"max |difference| = {tpbench.bench(3).reorder_max_abs_diff:.1e}")
         )
+        # the word is chosen, never typed: the keyboard moves through the choices and Enter checks
+        ex.locator('.mp-prediction input[value="exactly zero"]').focus()
+        page.keyboard.press("ArrowRight")  # -> nonzero
+        page.keyboard.press("Enter")
+        assert ex.locator(".mp-answer").inner_text().splitlines()[0] == compare("nonzero", Result(word, word))
+        assert "✓ Your prediction matches." in ex.locator(".mp-answer").inner_text()
 
 
 @VIEWPORTS

@@ -230,7 +230,8 @@ MATH_JS = """() => ({
 WIDE_WIDGETS_JS = """w => [...document.querySelectorAll('.mp-widget')]
   .filter(e => e.getBoundingClientRect().right > w + 0.5).map(e => e.id)"""
 # What every exercise does before a prediction, in one pass over the page: Check is disabled, Enter on an empty box
-# shows a hint and no answer, "Show me" says the prediction was skipped.
+# shows a hint and no answer ("Choose a prediction first" where the prediction is one of the choices), "Show me" says
+# the prediction was skipped.
 WAITS_JS = """() => [...document.querySelectorAll('.mp-exercise')].map(ex => {
     const box = ex.querySelector('.mp-prediction'), check = ex.querySelector('.mp-check'),
           show = ex.querySelector('.mp-show'), ans = ex.querySelector('.mp-answer');
@@ -241,7 +242,9 @@ WAITS_JS = """() => [...document.querySelectorAll('.mp-exercise')].map(ex => {
     const hint = ans.textContent;
     show.click();
     const shown = ans.firstChild ? ans.firstChild.textContent : '';
-    return [ex.id, disabled, hint, shown.startsWith('You skipped the prediction. The library says ')];
+    const word = box.getAttribute('role') === 'radiogroup';  // a word answer's choices: "Choose ..."
+    return [ex.id, disabled, word ? hint.replace('Choose', 'Type') : hint,
+            shown.startsWith('You skipped the prediction. The library says ')];
 })"""
 
 

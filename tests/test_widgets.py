@@ -306,7 +306,7 @@ def test_dependent_slider_html_offers_only_allowed_positions():
         depends={"rank": lambda n: range(n)},
     )
     page = w.controls_html()
-    assert 'data-name="rank" min="0" max="3" step="1" value="3">' in page
+    assert 'data-name="rank" min="0" max="3" step="1" value="3" aria-valuetext="3">' in page
     v = StaticWidget(
         "v",
         {"schedule": ["1f1b", "interleaved"], "v": [1, 2, 4]},
@@ -393,6 +393,25 @@ def test_no_controls_and_word_answers():
     assert ex.table()[""] == Result("NVLink", "NVLink", "", None)
 
 
+def test_word_answers_as_choices():
+    """A word answer is chosen, not typed: radio buttons in one labelled group, the choice's value sent as the
+    prediction (so "non-zero" is never graded against "nonzero"); an answer outside the choices is the exercise's
+    bug, raised when the table is built; the payload carries the choices to the page."""
+    ex = Exercise("w", "Zero?", lambda t: "exactly zero" if t < 3 else "nonzero", sliders={"t": [2, 3]},
+                  choices=("exactly zero", "nonzero"))  # fmt: skip
+    html = ex.to_html()
+    assert 'role="radiogroup" aria-labelledby="mp-ex-w-prediction-label"' in html
+    assert html.count('type="radio" name="mp-ex-w-prediction"') == 2
+    assert 'type="text" class="mp-prediction"' not in html
+    assert ex.payload()["choices"] == ["exactly zero", "nonzero"]
+    assert ex.feedback("nonzero", {"t": 3})[0].endswith("✓ Your prediction matches.")
+    assert ex.feedback("exactly zero", {"t": 3})[0].endswith("✗ No match.")
+    with pytest.raises(TypeError, match="the answer 'maybe' is not one of its choices"):
+        Exercise("x", "q", lambda: "maybe", choices=("yes", "no")).table()
+    with pytest.raises(ValueError, match="must be two or more different words"):
+        Exercise("x", "q", lambda: "yes", choices=("yes", "yes"))
+
+
 def test_exercise_validation():
     with pytest.raises(ValueError, match=re.escape("exercise id='bad id!' must use")):
         Exercise("bad id!", "q", lambda: 1)
@@ -420,8 +439,9 @@ def test_html_structure(plan_ex):
         assert re.search(rf'class="([^"]* )?{cls}[ "]', html), cls
     assert '<button type="button" class="mp-check mp-primary" disabled>Check</button>' in html
     assert html.count('class="mp-control mp-slider"') == 2
-    assert re.search(r'data-name="tp" min="0" max="3" step="1" value="0">', html)
-    assert re.search(r'data-name="pp" min="0" max="2" step="1" value="2">', html)  # defaults={"pp": 4}
+    # the slider's position is an index; screen readers announce aria-valuetext, the value the reader chose
+    assert re.search(r'data-name="tp" min="0" max="3" step="1" value="0" aria-valuetext="1">', html)
+    assert re.search(r'data-name="pp" min="0" max="2" step="1" value="2" aria-valuetext="4">', html)  # pp=4
     assert '<label class="mp-label" for="mp-ex-plan-mem-tp">TP size</label>' in html
     assert 'window.__meshplan.mount("mp-ex-plan-mem");' in html
     assert html.count("<script") == 2 and html.count("<style>") == 1

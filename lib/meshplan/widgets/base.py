@@ -441,8 +441,8 @@ def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | N
         return (
             f'<div class="mp-row"><label class="mp-label" for="{esc(el_id)}">{esc(c.label)}</label>'
             f'<input type="range" class="mp-control mp-slider" id="{esc(el_id)}" data-name="{esc(c.name)}" '
-            f'min="0" max="{len(positions) - 1}" step="1" value="{positions.index(i)}"'
-            f"{' disabled' if len(positions) < 2 else ''}>"
+            f'min="0" max="{len(positions) - 1}" step="1" value="{positions.index(i)}" '
+            f'aria-valuetext="{esc(c.texts[i])}"{" disabled" if len(positions) < 2 else ""}>'
             f'<output class="mp-value" for="{esc(el_id)}">{esc(c.texts[i])}</output></div>'
         )
     off = set(range(len(c.values))) - (

@@ -46,6 +46,9 @@ class Exercise(StaticWidget):
         explain: ``explain(**control_values)`` → the worked answer (plain text), shown with the result.
         tolerance: the relative error counted as right (the first grade).
         labels, defaults, inputs, texts, depends: as ``StaticWidget`` (``depends={"rank": lambda n: range(n)}``).
+        choices: for an answer that is a word, the words the reader chooses from (radio buttons, not a text box:
+            "non-zero", "not zero" and "0" are never graded "No match" against "nonzero"); every answer must be
+            one of them.
     """
 
     kind = "exercise"
@@ -69,8 +72,16 @@ class Exercise(StaticWidget):
         inputs: Mapping[str, str] | None = None,
         texts: Mapping[str, Mapping[Any, str]] | None = None,
         depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
+        choices: Sequence[str] | None = None,
     ):
         super().__init__(id, sliders, labels=labels, defaults=defaults, inputs=inputs, texts=texts, depends=depends)
+        if choices is not None:
+            choices = tuple(choices)
+            if len(choices) < 2 or len(set(choices)) != len(choices):
+                raise ValueError(f"choices={choices!r} must be two or more different words")
+            if any(not isinstance(c, str) or not squash(c) for c in choices):
+                raise ValueError(f"choices={choices!r} must be non-empty words")
+        self.choices: tuple[str, ...] | None = choices
         if isinstance(digits, bool) or not isinstance(digits, int) or not 0 <= digits <= 12:
             raise ValueError(f"digits={digits!r} must be an integer from 0 to 12")
         if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
@@ -95,6 +106,8 @@ class Exercise(StaticWidget):
             expl = self.explain(**values) if self.explain else ""
         except ValueError as exc:
             return Result(None, "", "", str(exc))
+        if self.choices is not None and value not in self.choices:  # the exercise's own bug, not the reader's input
+            raise TypeError(f"exercise {self.id!r}: the answer {value!r} is not one of its choices {self.choices!r}")
         return Result(value, self.format_value(value), expl)
 
     def entry(self, **values: Any) -> Result:
@@ -121,7 +134,8 @@ class Exercise(StaticWidget):
 
     # ------------------------------------------------------------------ static HTML
     def payload(self) -> dict[str, Any]:
-        return {**super().payload(), "unit": self.unit, "digits": self.digits, "tolerance": self.tolerance}
+        out = {**super().payload(), "unit": self.unit, "digits": self.digits, "tolerance": self.tolerance}
+        return {**out, "choices": list(self.choices)} if self.choices is not None else out
 
     def header_html(self) -> str:
         return f'<p class="mp-question"><strong>Predict, then check.</strong> {html.escape(self.question)}</p>'
@@ -129,6 +143,22 @@ class Exercise(StaticWidget):
     def body_html(self) -> str:
         esc, dom = html.escape, self.dom_id
         unit = f'<span class="mp-unit">{esc(self.unit)}</span>' if self.unit else ""
+        buttons = (
+            f'<span class="mp-buttons"><button type="button" class="mp-check mp-primary" disabled>Check</button>'
+            f'<button type="button" class="mp-show">Show me</button></span></div>'
+            f'<div class="mp-answer" id="{dom}-answer" aria-live="polite"></div>'
+        )
+        if self.choices is not None:  # a word answer: one of the choices, never a string to match
+            options = "".join(
+                f'<label class="mp-option"><input type="radio" name="{dom}-prediction" value="{esc(c)}">'
+                f"{esc(c)}</label>"
+                for c in self.choices
+            )
+            return (
+                f'<div class="mp-row mp-predict"><span class="mp-label" id="{dom}-prediction-label">Your prediction'
+                f'</span><div class="mp-options mp-prediction mp-choices" role="radiogroup" '
+                f'aria-labelledby="{dom}-prediction-label" aria-describedby="{dom}-answer">{options}</div>' + buttons
+            )
         return (
             f'<div class="mp-row mp-predict"><label class="mp-label" for="{dom}-prediction">Your prediction'
             f'</label><span><input type="text" class="mp-prediction" id="{dom}-prediction" autocomplete="off" '
@@ -146,7 +176,11 @@ class Exercise(StaticWidget):
         import ipywidgets as w
 
         style = {"description_width": "initial"}
-        pred = w.Text(description="Your prediction", placeholder=self.unit, continuous_update=False, style=style)
+        pred: Any
+        if self.choices is not None:
+            pred = w.RadioButtons(options=list(self.choices), value=None, description="Your prediction", style=style)
+        else:
+            pred = w.Text(description="Your prediction", placeholder=self.unit, continuous_update=False, style=style)
         check = w.Button(description="Check", button_style="primary")
         show = w.Button(description="Show me")
         out = w.HTML()
@@ -170,7 +204,7 @@ class Exercise(StaticWidget):
             if not r.error:
                 say(reveal(r), r.explanation)
 
-        pred.observe(lambda change: do_check() if squash(change["new"]) else None, names="value")  # Enter
+        pred.observe(lambda change: do_check() if squash(change["new"] or "") else None, names="value")  # Enter
         check.on_click(do_check)
         show.on_click(do_show)
         controls.observe(moved)

@@ -110,7 +110,7 @@ function controls(root,data){
   function nearest(a,i){var b=a[0];a.forEach(function(j){if(Math.abs(j-i)<Math.abs(b-i))b=j;});return b;}
   function show(c){var el=els[c.name],a=allowed(c),i=idx[c.name];
     if(c.input==="slider"){var n=a?a.length:c.texts.length;el.max=n-1;el.value=a?a.indexOf(i):i;el.disabled=n<2;
-      el.parentNode.querySelector(".mp-value").textContent=c.texts[i];return;}
+      el.setAttribute("aria-valuetext",c.texts[i]);el.parentNode.querySelector(".mp-value").textContent=c.texts[i];return;}
     var opts=el.querySelectorAll(c.input==="select"?"option":"input");
     for(var k=0;k<opts.length;k++){var o=opts[k],j=+o.value,off=!!a&&a.indexOf(j)<0;o.disabled=off;
       if(c.input==="select")o.selected=j===i;else{o.checked=j===i;o.parentNode.classList.toggle("mp-disabled",off);}}}
