@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -35,7 +36,15 @@ def add_up(values: Iterable[Any]) -> Any:
         >>> add_up([0.1] * 10), add_up(range(4)), add_up([])
         (0.9999999999999999, 6, 0)
     """
+    return _ADD_UP(values)
+
+
+def _in_order(values: Iterable[Any]) -> Any:
     return functools.reduce(operator.add, values, 0)
+
+
+# CPython 3.11's sum() already adds in order, and four times faster than reduce (a search adds 300,000 times)
+_ADD_UP: Any = sum if sys.version_info < (3, 12) else _in_order
 
 
 def fmt_gb(n_bytes: float, digits: int = 1) -> str:
