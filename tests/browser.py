@@ -51,6 +51,28 @@ CHROMIUM_ARGS = [
 ]
 
 
+def toc_files() -> list[str]:
+    """The files of ``_toc.yml`` in reading order (the root, then every part's chapters), without suffixes."""
+    import yaml
+
+    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    chapters = [c for part in toc.get("parts", []) for c in part.get("chapters", [])] + toc.get("chapters", [])
+    return [toc["root"], *(entry["file"] for entry in chapters)]
+
+
+def toc_numbers() -> dict[str, int]:
+    """The chapter number Sphinx gives each file of a ``numbered`` part of ``_toc.yml`` (1, 2, ... over the parts)."""
+    import yaml
+
+    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    numbers: dict[str, int] = {}
+    for part in toc.get("parts", []):
+        if part.get("numbered"):
+            for entry in part.get("chapters", []):
+                numbers[entry["file"]] = len(numbers) + 1
+    return numbers
+
+
 def site_path(relpath: str) -> Path:
     """Path of a file of the built site, e.g. ``site_path("book/intro.html")``."""
     return SITE_DIR / relpath

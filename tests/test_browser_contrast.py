@@ -23,8 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
-from browser import CHROMIUM, SITE_DIR, offline_context, require_site, shared_chromium
+from browser import CHROMIUM, SITE_DIR, offline_context, require_site, shared_chromium, toc_files
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VIEWPORT = {"width": 1366, "height": 900}
@@ -261,9 +260,7 @@ READY_JS = "document.documentElement.dataset.site === 'ready' && document.docume
 
 def _toc_pages() -> list[str]:
     """The pages of _toc.yml, as built HTML paths."""
-    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = [toc["root"], *(entry["file"] for entry in toc.get("chapters", []))]
-    return [f"{name}.html" for name in files]
+    return [f"{name}.html" for name in toc_files()]
 
 
 def _site_pages() -> list[str]:

@@ -24,8 +24,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-import yaml
-from browser import CHROMIUM, offline_context, shared_chromium
+from browser import CHROMIUM, offline_context, shared_chromium, toc_files, toc_numbers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("COURSE_SITE_DIR", REPO_ROOT / "_build" / "html")).resolve()
@@ -66,9 +65,7 @@ def _pages() -> list[str]:
 
 def _toc_pages() -> list[str]:
     """The pages of _toc.yml, as built HTML paths."""
-    toc = yaml.safe_load((REPO_ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    files = [toc["root"]] + [entry["file"] for entry in toc.get("chapters", [])]
-    return [f"{name}.html" for name in files]
+    return [f"{name}.html" for name in toc_files()]
 
 
 def _has_math(relpath: str) -> bool:
@@ -271,6 +268,21 @@ def reports(chromium):
         return cache[width]
 
     return get
+
+
+def test_chapters_are_numbered_as_the_prose_counts_them():
+    """The prose says "chapter N" for notebooks/0N_...: the menu and each chapter's title carry that number, the map
+    before them and the tools after them none."""
+    numbers = toc_numbers()
+    assert numbers == {f: int(Path(f).name[:2]) for f in toc_files() if re.match(r"notebooks/(0[1-9]|10)_", f)}
+    for name in toc_files():
+        relpath = f"{name}.html"
+        _require_site()
+        page = (SITE / relpath).read_text(encoding="utf-8")
+        h1 = next((h for h in re.findall(r"<h1>(.*?)</h1>", page, re.S) if 'class="headerlink"' in h), None)
+        assert h1, relpath  # the article's title (the page's header repeats it without the number)
+        number = re.match(r'<span class="section-number">(\d+)\. </span>', h1)
+        assert (int(number.group(1)) if number else None) == numbers.get(name), relpath
 
 
 @pytest.mark.parametrize("width", [PHONE, DESKTOP])
