@@ -246,6 +246,11 @@ def test_flow_html_draws_every_stage_with_its_number(lab_rows):
         assert f"stuck:</b> {r.number.replace('&', '&amp;')}</div>" in page
         assert r.stage.title in page
     assert "branch: long sequences" in page and "branch: mixture of experts" in page
+    # each card links to its chapter, the built site's page beside the map's, and that page exists in the book
+    links = re.findall(r'<a class="mp-evo-link" href="([^"]+)\.html">chapter (\d+)</a>', page)
+    assert links == [(r.stage.chapter, str(r.stage.chapter_number)) for r in lab_rows]
+    toc = (Path(__file__).resolve().parents[1] / "_toc.yml").read_text(encoding="utf-8")
+    assert all(f"notebooks/{chapter}\n" in toc for chapter, _ in links)
     assert "<script" not in page
     sizes = [int(x) for x in re.findall(r"font-size:(\d+)px", page)]
     assert sizes and min(sizes) >= 11

@@ -270,6 +270,18 @@ def reports(chromium):
     return get
 
 
+def test_every_relative_link_resolves():
+    """Every relative link to a page of the site (the menu, the prose's cross-references, the evolution map's cards,
+    the planner's) names a page that was built."""
+    broken = []
+    for relpath in _pages():
+        path = SITE / relpath
+        for href in re.findall(r'href="([^"#:?]+\.html)(?:#[^"]*)?"', path.read_text(encoding="utf-8")):
+            if not (path.parent / unquote(href)).resolve().is_file():
+                broken.append(f"{relpath}: {href}")
+    assert broken == []
+
+
 def test_chapters_are_numbered_as_the_prose_counts_them():
     """The prose says "chapter N" for notebooks/0N_...: the menu and each chapter's title carry that number, the map
     before them and the tools after them none."""

@@ -717,6 +717,7 @@ _CSS = """
  background:var(--evo-line);color:#fff;font-weight:700;font-size:14px;text-align:center;line-height:1.8em}
 .mp-evo-head{font-weight:700}
 .mp-evo-meta{color:var(--evo-muted);font-size:14px}
+.mp-evo-link{color:inherit;text-decoration:underline}
 .mp-evo-idea{font-size:15px}
 .mp-evo-stuck{font-size:15px;margin-top:.2em}
 .mp-evo-stuck b{color:var(--evo-stuck)}
@@ -732,7 +733,8 @@ _CSS = """
 
 def flow_html(map_rows: list[Row]) -> str:
     """The map as a vertical flow: one box per stage on a line (the main line), the branches indented with dashed
-    borders, each box with its title, chapter and years, what it does, and the number where it got stuck. Plain
+    borders, each box with its title, a link to its chapter (the built site's ``<chapter>.html``, a sibling of the
+    map's page) and years, what it does, and the number where it got stuck. Plain
     HTML and CSS (the theme's colour variables, light and dark), no script; text 13-16 px."""
     esc = html.escape
     items = []
@@ -743,7 +745,8 @@ def flow_html(map_rows: list[Row]) -> str:
             f'<li class="mp-evo-stage{" mp-evo-branch" if st.branch else ""}" data-stage="{st.number}">'
             f'<span class="mp-evo-num">{st.number}</span>{tag}'
             f'<span class="mp-evo-head">{esc(st.title)}</span> '
-            f'<span class="mp-evo-meta">· chapter {st.chapter_number} · {esc(st.years)}</span><br>'
+            f'<span class="mp-evo-meta">· <a class="mp-evo-link" href="{esc(st.chapter)}.html">chapter '
+            f"{st.chapter_number}</a> · {esc(st.years)}</span><br>"
             f'<span class="mp-evo-idea">{esc(st.idea)}</span>'
             f'<div class="mp-evo-stuck"><b>stuck:</b> {esc(r.number)}</div></li>'
         )
