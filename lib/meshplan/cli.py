@@ -23,9 +23,11 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from meshplan import __version__
+from meshplan.core.output import check_output, write_json
 from meshplan.core.schemas import field_name
 from meshplan.core.units import GB, add_up
 from meshplan.core.validation import check_count, check_zero
@@ -40,6 +42,7 @@ from meshplan.spec.accounting import LEDGERS, get_accounting
 from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, parse_order
 from meshplan.spec.hardware import Hardware, available_hardware, load_hardware
 from meshplan.steptime import execution_for
+from meshplan.steptime.calibrate import FITTABLE, calibrate, hardware_document
 from meshplan.steptime.contract import plan_json
 
 MAX_GB = 1e6  # 1 PB per GPU
@@ -411,6 +414,81 @@ def _add_validate(sub) -> None:
     p.set_defaults(run=_validate)
 
 
+# ---------------------------------------------------------------- calibrate
+def _calibrate(args) -> int:
+    output = check_output(args.output)  # before the fit: the reader learns of a bad path at once
+    fitted = tuple(x.strip() for x in args.fit.split(",") if x.strip())
+    if not fitted or any(x not in FITTABLE for x in fitted):
+        raise ValueError(f"--fit {args.fit!r}: name one or more of {', '.join(FITTABLE)}, comma-separated")
+    fit, busbw = calibrate(args.runs, args.hardware, fitted)
+    base = args.hardware or "lab"
+    name = args.name or f"{Path(base).stem}-calibrated"
+    doc = hardware_document(fit, args.hardware, name, args.runs, busbw)
+    write_json(output, doc)
+    s = fit.summary()
+    if args.json:
+        rows = [
+            {"id": r.id, "measured_s": r.measured_s, "stored_s": r.stored_s, "fitted_s": r.fitted_s,
+             "held_out_s": r.held_out_s}
+            for r in fit.rows
+        ]  # fmt: skip
+        consts = {k: getattr(fit.constants, k) for k in FITTABLE}
+        _print(_json({"constants": consts, "fitted": list(fit.fitted), "runs": rows, "summary": s,
+                      "output": str(output)}))  # fmt: skip
+        return 0
+
+    def pct(x: float | None) -> str:
+        return "—" if x is None else f"{x * 100:+.1f} %"
+
+    lines = [f"{'run':<28} {'measured':>10} {'stored fit':>18} {'this fit':>18} {'held out':>18}"]
+    for r in fit.rows:
+        held = "—" if r.held_out_s is None else f"{r.held_out_s:8.3f} s {pct(r.held_out_error):>8}"
+        lines.append(
+            f"{r.id[:28]:<28} {r.measured_s:8.3f} s {r.stored_s:8.3f} s {pct(r.stored_error):>8} "
+            f"{r.fitted_s:8.3f} s {pct(r.fitted_error):>8} {held:>18}"
+        )
+    lines.append("")
+    lines.append(
+        "constants: " + ", ".join(
+            f"{k} {getattr(fit.constants, k):g}" + (" (fitted)" if k in fit.fitted else "") for k in FITTABLE
+        )
+    )  # fmt: skip
+    lines.append(
+        f"|error| median / worst: stored fit {pct(s['stored_median'])} / {pct(s['stored_max'])}, this fit in sample "
+        f"{pct(s['fitted_median'])} / {pct(s['fitted_max'])}, held out (leave one out) {pct(s['held_out_median'])} "
+        f"/ {pct(s['held_out_max'])}: expect the held-out figure on a new plan"
+    )
+    if busbw:
+        lines.append(
+            "links: the measured bus bandwidths " + ", ".join(f"{k} {v / GB:g} GB/s" for k, v in busbw.items())
+        )
+    lines.append(f"wrote {output}: plan, search and export take it as --hardware {output}")
+    _print("\n".join(lines))
+    return 0
+
+
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit the step-time model to your own measured runs and write a hardware file")
+    p.add_argument(
+        "--runs",
+        required=True,
+        help='a JSON list of runs (plan options and step_time_s or tokens_per_s), {"runs": [...], "busbw": '
+        '{"nvlink": GB/s, "infiniband": GB/s}}, or a CSV of runs (meshplan.steptime.calibrate says the format)',
+    )
+    p.add_argument(
+        "--hardware", type=_hardware, default=None, help="the machine the runs ran on: a preset or a path (default lab)"
+    )
+    p.add_argument(
+        "--fit",
+        default="matmul_efficiency",
+        help="the constants to fit, comma-separated: matmul_efficiency (default), link_efficiency, hbm_passes",
+    )
+    p.add_argument("--name", default=None, help="the hardware file's name (default: <hardware>-calibrated)")
+    p.add_argument("--output", required=True, help="where to write the hardware file (JSON)")
+    p.add_argument("--json", action="store_true", help="print the fit as one JSON object")
+    p.set_defaults(run=_calibrate)
+
+
 # ---------------------------------------------------------------- the parser
 
 
@@ -427,6 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export(sub)
     _add_schedule(sub)
     _add_validate(sub)
+    _add_calibrate(sub)
     return parser
 
 

@@ -26,6 +26,12 @@ from meshplan.core.schemas import check
 
 HARDWARE_DIR = DATA_DIR / "hardware"
 DEFAULT_HARDWARE = "lab"
+# The step-time model's constants a hardware file may carry, fitted to the reader's own runs (``meshplan calibrate``),
+# with the range each can physically take (the same as ``steptime.model.PHYSICAL_RANGES``, which a test holds equal)
+CALIBRATION_RANGES = {"matmul_efficiency": (0.05, 1.0), "hbm_passes": (0.0, 50.0), "link_efficiency": (0.05, 1.0)}
+# and the attention kernels' documented utilisation, which the model otherwise looks up by the preset's name (a
+# calibrated file renames the machine, so it carries its base's figure)
+CALIBRATION_KEYS = {**CALIBRATION_RANGES, "flash_attention_utilisation": (0.05, 1.0)}
 REQUIRED = ("gpu_memory_bytes", "gpus_per_node", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
 OPTIONAL = (
     "effective_flop_per_s",
@@ -59,7 +65,9 @@ class Hardware:
     where the GPU has none. ``device_total_bytes`` is what CUDA exposes to the
     process (``torch.cuda.mem_get_info()[1]``, the "total capacity" of PyTorch's out-of-memory message), the bound the
     peak-memory verdict uses; ``fb_total_bytes`` what nvidia-smi reports (the driver reserves the difference).
-    ``gpu_memory_bytes`` stays the datasheet's round figure, the lab page's convention. Validated on construction."""
+    ``gpu_memory_bytes`` stays the datasheet's round figure, the lab page's convention. ``calibration`` holds the
+    step-time model's constants fitted to this machine's own runs (``meshplan calibrate`` writes them as the file's
+    ``step_time_calibration``), used instead of the stored fit; empty for the presets. Validated on construction."""
 
     name: str = DEFAULT_HARDWARE
     gpu_memory_bytes: float = 80e9
@@ -75,6 +83,7 @@ class Hardware:
     fb_total_bytes: float | None = None
     label: str = ""
     sources: tuple[tuple[str, str], ...] = ()
+    calibration: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -89,6 +98,12 @@ class Hardware:
         for k in OPTIONAL:
             if getattr(self, k) is not None:
                 _positive(k, getattr(self, k), MAX_RATE)
+        for k, x in self.calibration:  # the ranges are the step-time model's (steptime.model.PHYSICAL_RANGES)
+            if k not in CALIBRATION_KEYS:
+                raise ValueError(f"calibration key {k!r} is not one of {', '.join(CALIBRATION_KEYS)}")
+            lo, hi = CALIBRATION_KEYS[k]
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi:
+                raise ValueError(f"calibration {k}={x!r} must lie in [{lo}, {hi}]")
 
     def bandwidth(self, link: str | None) -> float:
         """Bytes per second of ``"nvlink"`` or ``"infiniband"`` (ValueError for anything else)."""
@@ -138,10 +153,13 @@ def _read(path: Path, shipped: bool = False) -> Hardware:
     try:
         present = [k for k in (*REQUIRED, *OPTIONAL) if raw.get(k) is not None]
         values: dict[str, Any] = {k: raw[k]["value"] if k in present else None for k in (*REQUIRED, *OPTIONAL)}
+        fitted = raw.get("step_time_calibration") or {}
         return Hardware(
             name=raw.get("name", path.stem),
             label=raw.get("label", ""),
-            sources=tuple((k, raw[k]["source"]) for k in present),
+            sources=tuple((k, raw[k]["source"]) for k in present)
+            + tuple((f"step_time_calibration.{k}", v["source"]) for k, v in sorted(fitted.items())),
+            calibration=tuple((k, v["value"]) for k, v in sorted(fitted.items())),
             **values,
         )
     except ValueError as exc:

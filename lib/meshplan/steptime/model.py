@@ -75,7 +75,7 @@ HFU adds the recomputation (Korthikanti et al. 2022 §6).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from meshplan.core.collectives import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER, RING_PASS, Collective
@@ -142,6 +142,13 @@ def calibration() -> Calibration:
     """The stored fitted constants."""
     c = fit_data()["constants"]
     return Calibration(**{k: c[k]["value"] for k in PHYSICAL_RANGES})
+
+
+def calibration_for(hardware: Hardware) -> Calibration:
+    """The constants for ``hardware``: those its file carries (``Hardware.calibration``, fitted to the machine's own
+    runs by ``meshplan calibrate``) in place of the stored fit's, the others the stored fit's."""
+    own = {k: v for k, v in hardware.calibration if k in PHYSICAL_RANGES}
+    return replace(calibration(), **own) if own else calibration()
 
 
 @dataclass(frozen=True)
@@ -341,6 +348,9 @@ def low_precision_gemm_rate(hw: Hardware, precision: str) -> float:
 def flash_attention_utilisation(hw: Hardware) -> float | None:
     """The documented fraction of the bf16 peak a FlashAttention-2-generation kernel reaches on ``hw``
     (``data/steptime_fit.json``, ``documented``), None where nothing is documented (the matmul efficiency applies)."""
+    own = dict(hw.calibration).get("flash_attention_utilisation")  # a calibrated file carries its base's
+    if own is not None:
+        return own
     entry = fit_data()["documented"]["flash_attention_utilisation"].get(hw.name)
     return None if entry is None else entry["value"]
 
@@ -372,7 +382,7 @@ def micro_batch(
     """The time of one micro-batch on one GPU of pipeline stage ``stage`` (0-based)."""
     p = report.plan
     ex = execution or execution_for(p.accounting.name)
-    cal = calibration_ or calibration()
+    cal = calibration_ or calibration_for(p.hardware)
     return _micro_batch(report, p.stages[stage], ex, cal)
 
 
@@ -571,7 +581,7 @@ def step_time(
     search's store of micro-batch times (``_slowest_stage``)."""
     p = report.plan
     ex = execution or execution_for(p.accounting.name)
-    cal = calibration_ or calibration()
+    cal = calibration_ or calibration_for(p.hardware)
     m, pp, v = p.micro_batches, p.pp, p.virtual_stages
     k, mb = _slowest_stage(report, ex, cal, _memo)
     hw = p.hardware
