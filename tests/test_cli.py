@@ -53,7 +53,7 @@ BAD = {
     "gpus_word": ("--model qwen3.8-27b --gpus x", ["gpus='x'"]),
     "zero_5": ("--model qwen3.8-27b --gpus 8 --zero 5", ["zero='5'", "0, 1, 2 or 3"]),
     "bad_order": ("--model qwen3.8-27b --gpus 8 --order tp-pp-dp", ["order='tp-pp-dp'"]),
-    "gpus_per_node": ("--model qwen3.8-27b --gpus 12 --gpus-per-node 8", ["gpus_per_node=8", "gpus=12"]),
+    "gpus_per_node": ("--model qwen3.8-27b --gpus 8 --gpus-per-node 0", ["gpus-per-node=0"]),
     "memory_zero": ("--model qwen3.8-27b --gpus 8 --gpu-memory-gb 0", ["gpu-memory-gb=0"]),
     # a 300-digit sequence length: activations overflow a float; --json must not print the token Infinity
     "seq_overflow": (

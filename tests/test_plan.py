@@ -414,3 +414,23 @@ def test_refused_where_an_engine_refuses():
     with pytest.raises(ValueError, match=r"^expert_tp=1 but qwen3.8-27b has no experts$"):
         Plan.create("qwen3.8-27b", gpus=8, tp=4, expert_tp=1)
     assert Plan.create("qwen3.8-27b", gpus=8, tp=4, expert_tp=4).etp == 4
+
+
+def test_a_partly_filled_last_nvlink_domain_is_planned_and_stated():
+    """GB200 NVL72 (issue 25): 72 GPUs to an NVLink domain rarely divide a job's GPUs. The plan lays the ranks out in
+    order, the last domain holding the rest; groups inside a domain use NVLink, groups that reach the last one
+    InfiniBand; the note says so; an export, whose launcher needs equal processes per host, refuses in one line."""
+    from meshplan.export import export_text
+    from meshplan.spec.mesh import partial_node
+
+    plan = Plan.create("llama-3.1-70b", gpus=200, tp=8, zero=1, hardware="b200-sxm-180gb", gpus_per_node=72)
+    report = evaluate(plan)
+    assert partial_node(200, 72) == 56
+    assert any("holds only 56" in n for n in report.notes)
+    assert report.link["tp"] == "nvlink"  # 72 = 9 TP groups per domain; the last domain's 56 = 7 groups
+    assert report.link["dp"] == "infiniband"
+    assert {plan.mesh.node(r) for r in plan.mesh.group(199, "tp")} == {2}
+    with pytest.raises(ValueError, match=r"gpus=200 fill 2 node\(s\) of 72 and 56 GPUs of another"):
+        export_text(plan, "megatron")
+    whole = Plan.create("llama-3.1-70b", gpus=144, tp=8, zero=1, hardware="b200-sxm-180gb", gpus_per_node=72)
+    assert not any("holds only" in n for n in evaluate(whole).notes)

@@ -77,6 +77,7 @@ from meshplan.export_deepspeed import deepspeed_config
 from meshplan.parallel.engine_activations import op_projections, spec_implementation
 from meshplan.plan import Plan, evaluate
 from meshplan.spec.dims import MEGATRON_ORDER, parse_order
+from meshplan.spec.mesh import partial_node
 from meshplan.spec.model import ModelSpec
 
 ENGINES_DIR = DATA_DIR / "engines"
@@ -617,6 +618,13 @@ def export_text(plan: Plan, fmt: str, ledger: str | None = None) -> str:
     by the price
     of what the engine runs (``engine_plan``) in ``ledger`` (default: the plan's own; the command line prices a
     Megatron-LM export in the ``megatron`` ledger and a torchtitan one in ``fsdp2``, ``ENGINE_LEDGER``)."""
+    rest = partial_node(plan.gpus, plan.gpus_per_node)
+    if rest:  # torchrun starts the same number of processes on every host: a layout only the scheduler knows
+        raise ValueError(
+            f"gpus={plan.gpus} fill {plan.gpus // plan.gpus_per_node} node(s) of {plan.gpus_per_node} and {rest} GPUs "
+            "of another: the engines' launchers start the same number of processes on every host, so export a "
+            "plan on whole nodes (or launch this one with your scheduler's host list)"
+        )
     priced = engine_plan(plan, fmt, ledger)
     if fmt == "megatron":
         return f"# {price_note(priced)}\n" + megatron(plan).command()

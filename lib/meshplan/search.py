@@ -675,7 +675,7 @@ def search(
         stage_balance_for(acc) if stage_balance is None else check_choice("stage_balance", stage_balance, BALANCES)
     )
     gpn = hw.gpus_per_node
-    check_nodes(gpus, gpn)
+    check_nodes(gpus, gpn, partial=True)
     why = precision_refusal(hw, acc, precision)
     if why:
         raise PlanError(why, "precision")

@@ -358,7 +358,7 @@ class Plan:
         if why:
             raise PlanError(why, "precision")
         # how the parts combine
-        check_nodes(d.world_size, self.hardware.gpus_per_node)
+        check_nodes(d.world_size, self.hardware.gpus_per_node, partial=True)  # a partly filled last node: a note
         self.accounting.check(self.zero, d.pp)
         _check_tp_heads(m, d.tp, self.kv_replication and self.accounting.kv_replication)
         if self.accounting.linear_attention_cp and d.cp > 1:  # Megatron-Core splits Gated DeltaNet heads over TP × CP

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from meshplan.plan.construct import Plan
+from meshplan.spec.mesh import partial_node
 
 __all__ = ["report_notes"]
 
@@ -52,6 +53,13 @@ def report_notes(plan: Plan, comm: Mapping[str, float]) -> tuple[str, ...]:
             f"the multi-token-prediction module's {mtp / 1e9:.1f} B parameters are not counted: with stage balance "
             f"'even' (the lab page's convention) the model is its published {m.params.total / 1e9:.1f} B; 'max' puts "
             "the module on the last stage, as the engines train it"
+        )
+    rest = partial_node(d.world_size, plan.hardware.gpus_per_node)
+    if rest:
+        g = plan.hardware.gpus_per_node
+        notes.append(
+            f"the last of the {-(-d.world_size // g)} nodes (NVLink domains of {g} GPUs) holds only {rest}: the ranks "
+            "lie in order, and a group that reaches into it crosses nodes, so its link is InfiniBand where it does"
         )
     if m.max_position_embeddings and s > m.max_position_embeddings:
         notes.append(f"seq={s:,} is longer than the {m.max_position_embeddings:,} positions {m.name} was trained for")

@@ -36,23 +36,44 @@ from meshplan.core.units import add_up
 from meshplan.core.validation import PlanError, check_count
 from meshplan.spec.dims import AXES, DEFAULT_ORDER, MEGATRON_ORDER, ParallelDims, parse_order
 
-__all__ = ["AXES", "DEFAULT_ORDER", "INFINIBAND", "MEGATRON_ORDER", "NVLINK", "Mesh", "check_nodes", "parse_order"]
+__all__ = [
+    "AXES",
+    "DEFAULT_ORDER",
+    "INFINIBAND",
+    "MEGATRON_ORDER",
+    "NVLINK",
+    "Mesh",
+    "check_nodes",
+    "parse_order",
+    "partial_node",
+]
 
 NVLINK, INFINIBAND = "nvlink", "infiniband"
 GROUP_AXES = (*AXES, "ep", "edp")
 
 
-def check_nodes(gpus: int, gpus_per_node: int) -> None:
+def check_nodes(gpus: int, gpus_per_node: int, partial: bool = False) -> None:
     """PlanError unless the GPUs fill whole nodes (or fit in one): gpus_per_node must divide gpus beyond one node.
+    ``partial=True`` allows a last node (NVLink domain) that is only partly filled, as a job on GB200 NVL72 racks
+    has when 72 does not divide its GPUs (``partial_node``): the mesh then lays the ranks out in order, the last
+    domain holding the rest, and a group crossing into it uses InfiniBand.
 
     >>> check_nodes(12, 8)
     Traceback (most recent call last):
     ...
     meshplan.core.validation.PlanError: gpus_per_node=8 does not divide gpus=12
+    >>> check_nodes(100, 72, partial=True), partial_node(100, 72)
+    (None, 28)
     """
     check_count("gpus_per_node", gpus_per_node, error=PlanError)
-    if gpus > gpus_per_node and gpus % gpus_per_node:
+    if gpus > gpus_per_node and gpus % gpus_per_node and not partial:
         raise PlanError(f"gpus_per_node={gpus_per_node} does not divide gpus={gpus}", "gpus_per_node")
+
+
+def partial_node(gpus: int, gpus_per_node: int) -> int:
+    """How many GPUs the last, partly filled node (NVLink domain) holds; 0 when the GPUs fill whole nodes or fit in
+    one."""
+    return gpus % gpus_per_node if gpus > gpus_per_node else 0
 
 
 @dataclass(frozen=True)
