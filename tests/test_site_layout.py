@@ -270,6 +270,30 @@ def reports(chromium):
     return get
 
 
+FOCUS_JS = """() => { const e = document.activeElement, c = getComputedStyle(e);
+  const ring = c.outlineStyle !== 'none' && parseFloat(c.outlineWidth) >= 2;
+  const shadow = c.boxShadow !== 'none' && /[1-9]\\d*px/.test(c.boxShadow);
+  return {inArticle: !!e.closest('.bd-article'), what: e.tagName + ' ' + (e.getAttribute('aria-label') ||
+          (e.textContent || '').trim().slice(0, 30)), visible: ring || shadow}; }"""
+
+
+@pytest.mark.parametrize("width", [PHONE, DESKTOP])
+def test_every_control_before_the_article_shows_a_focus_ring(chromium, width):
+    """Tab from the top of a chapter to its article: each control the keyboard lands on (skip link, search, menu
+    links, the sidebar toggle, download, full screen, colour mode) draws a ring of at least 2 px or a shadow."""
+    with visit(chromium, width) as v:
+        v.open(CHAPTER)
+        missing = []
+        for _ in range(60):
+            v.page.keyboard.press("Tab")
+            f = v.page.evaluate(FOCUS_JS)
+            if f["inArticle"]:
+                break
+            if not f["visible"]:
+                missing.append(f["what"])
+        assert missing == []
+
+
 def test_every_relative_link_resolves():
     """Every relative link to a page of the site (the menu, the prose's cross-references, the evolution map's cards,
     the planner's) names a page that was built."""

@@ -27,17 +27,18 @@ from browser import (
     standalone_page,
 )
 
-from meshplan import Mesh, Plan, schedule
+from meshplan import Mesh, schedule
 from meshplan.course.grid import DeviceGrid
 from meshplan.course.plotting import TimelineExplorer
 from meshplan.parallel import zero
+from meshplan.spec.mesh import check_nodes
 from meshplan.widgets import Check, Checklist, Exercise, reveal
 
 PSI = 27_781_427_952
 
 
 def floor_gb(gpus: int) -> float:
-    Plan.create("qwen3.8-27b", gpus=gpus, zero=3)  # the library rejects 12 GPUs on 8-GPU nodes
+    check_nodes(gpus, 8)  # whole nodes of 8, as the device grid demands: the library rejects 12
     return zero.model_states_bytes(PSI, 3, gpus) / 1e9
 
 
@@ -191,7 +192,7 @@ def test_invalid_combination_is_flagged_as_the_control_moves(page):
     slider.focus()
     page.keyboard.press("ArrowRight")  # 8 -> 12 GPUs: no Check pressed
     with pytest.raises(ValueError) as err:
-        Plan.create("qwen3.8-27b", gpus=12, zero=3)
+        check_nodes(12, 8)
     assert _answer(root) == [f"Not a valid combination: {err.value}"]
     assert "mp-invalid" in root.locator(".mp-answer").get_attribute("class")
     assert root.locator(".mp-check").is_disabled() and root.locator(".mp-show").is_disabled()
