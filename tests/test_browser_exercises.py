@@ -8,7 +8,8 @@ no sideways scroll) are checked on every page by ``test_browser_smoke.py``.
 
 from __future__ import annotations
 
-from browser import choose, chosen, predict, site_page, skip_prediction
+import pytest
+from browser import DESKTOP, PHONE, choose, chosen, predict, site_page, skip_prediction, toc_files
 
 from meshplan import MEGATRON_BPP, Plan, evaluate, load_model
 from meshplan.parallel import zero
@@ -67,3 +68,47 @@ def test_chapter1_fewest_gpus_names_the_conventions():
         n = zero.min_gpus_for_states(load_model("qwen3.8-27b").params.total, 80e9)
         assert predict(ex, "6", enter=True)[0] == compare("6", Result(n, f"{n} GPUs"), unit="GPUs", digits=0)
         assert "✓" in predict(ex, str(n))[0]
+
+
+# Each exercise's default answer (what "Show me" reveals) must not be readable anywhere within one screen height of
+# the widget, above or below, before the reader predicts: text in a closed "Show code cell outputs" toggle is not
+# on the screen. Answers with fewer than two digits ("2 heads", "8 GPUs") are everywhere and are not checked.
+LEAK_JS = r"""(vh) => {
+  const out = [];
+  for (const ex of document.querySelectorAll('.mp-exercise')) {
+    const show = ex.querySelector('.mp-show'), a = ex.querySelector('.mp-answer');
+    if (show.disabled) continue;
+    show.click();
+    const line = a.firstChild ? a.firstChild.textContent : '';
+    const m = line.match(/The library says (.*)\.$/);
+    const ans = m ? m[1] : '';
+    a.textContent = '';
+    if (ans.replace(/[^0-9]/g, '').length < 2) continue;
+    const r = ex.getBoundingClientRect(), top = r.top + scrollY, bottom = r.bottom + scrollY;
+    const walker = document.createTreeWalker(document.querySelector('.bd-article'), NodeFilter.SHOW_TEXT);
+    let n;
+    while ((n = walker.nextNode())) {
+      if (ex.contains(n) || !n.textContent.includes(ans)) continue;
+      const el = n.parentElement;
+      if (!el || el.closest('script, style')) continue;
+      if (!el.checkVisibility({contentVisibilityAuto: true, opacityProperty: true, visibilityProperty: true})) continue;
+      const range = document.createRange();
+      range.selectNodeContents(n);
+      const rr = range.getBoundingClientRect();
+      if (!rr.height) continue;
+      const y = rr.top + scrollY;
+      const dist = y > bottom ? y - bottom : (rr.bottom + scrollY < top ? top - rr.bottom - scrollY : 0);
+      if (dist < vh) out.push(`${ex.id}: ${ans} ${y > bottom ? 'below' : 'above'} at ${Math.round(dist)} px`);
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
+def test_no_exercise_shows_its_answer_within_a_screen(viewport):
+    leaks = []
+    for name in toc_files():
+        with site_page(f"{name}.html", viewport=viewport) as page:
+            leaks += [f"{name}: {x}" for x in page.evaluate(LEAK_JS, viewport["height"])]
+    assert leaks == []
