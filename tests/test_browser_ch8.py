@@ -116,3 +116,28 @@ def test_chapter8_second_checklist_flags_tp_across_nodes():
         assert (
             "✗ TP inside a node: tp = 16 > 8 GPUs per node: TP's per-layer collectives would cross InfiniBand" in fails
         )
+
+
+def test_chapter8_grid_is_one_tab_stop_moved_by_the_arrow_keys():
+    """64 GPUs are one Tab stop, not 64 (issue 28): Tab lands on the selected GPU, the arrow keys move the selection
+    (right: the next rank; down: the same position in the next node of 8), and the next Tab leaves the grid."""
+    with site_page(CH8) as page:
+        page.reload()  # the page is shared with the module's other tests: start from the grid's defaults
+        grid = page.locator("#mp-grid-ch8-grid-64")
+        grid.scroll_into_view_if_needed()
+        mesh = Mesh({"tp": 8, "cp": 1, "pp": 8, "dp": 1}, "tp-cp-pp-dp", 8)
+        assert grid.locator('.mp-gpu[tabindex="0"]').count() == 1
+        assert grid.locator('.mp-gpu[tabindex="-1"]').count() == 63
+        grid.locator('.mp-gpu[tabindex="0"]').focus()
+        start = int(page.evaluate("document.activeElement.dataset.rank"))
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowDown")
+        rank = start + 1 + 8
+        assert page.evaluate("document.activeElement.dataset.rank") == str(rank)
+        assert grid.locator(".mp-gpu[data-selected]").get_attribute("data-rank") == str(rank)
+        assert grid.locator(f'.mp-gpu[data-rank="{rank}"]').get_attribute("aria-pressed") == "true"
+        check_grid_rank(grid, mesh, rank)  # the groups are painted for the GPU the keys moved to
+        page.keyboard.press("End")
+        assert page.evaluate("document.activeElement.dataset.rank") == "63"
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.classList.contains('mp-gpu')") is False
