@@ -36,4 +36,9 @@ done
 # Keeps outputs and execution counts; strips metadata.widgets, metadata.signature and
 # per-cell run metadata (ExecuteTime, execution, collapsed, scrolled, ...).
 "$VENV/bin/nbstripout" --keep-output --keep-count "${notebooks[@]}"
+
+# Each figure's alt text in the book: the text/plain its kernel displayed (meshplan.course.plotting.describe, which
+# reads the figure's own title, axes and legend) becomes the cell's mystnb.image.alt, the option myst-nb writes into
+# the <img alt>; otherwise the alt is the image's file name (tests/test_figure_alt.py).
+"$VENV/bin/python" scripts/figure_alt.py "${notebooks[@]}"
 echo "save_notebooks: saved ${#notebooks[@]} notebook(s)"

@@ -564,3 +564,49 @@ def memory_moments(
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------------------------------- alt text
+def describe(fig: Any) -> str:
+    """A figure's text alternative, from the texts it draws: its title, then each panel's title, axes and legend
+    ("Figure: Step time ... Panel 1, "..." : x axis GB, y axis s; legend: a, b."). Written by the figure's own
+    strings, so it cannot drift from what the image shows; the book puts it in the image's ``alt``
+    (``scripts/save_notebooks.sh`` copies it into the cell's ``mystnb.image.alt``; ``tests/test_figure_alt.py``)."""
+    parts = []
+    title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    axes = [ax for ax in fig.get_axes() if ax.get_visible() and (ax.get_title() or ax.get_xlabel() or ax.has_data())]
+    if not title and len(axes) == 1:
+        title = axes[0].get_title()
+    parts.append(f"Figure: {title.strip() or 'a chart'}" + ("." if not title.rstrip().endswith(".") else ""))
+    for i, ax in enumerate(axes, 1):
+        bits = []
+        if len(axes) > 1 and ax.get_title():
+            bits.append(f"“{ax.get_title().strip()}”")
+        if ax.get_xlabel():
+            bits.append(f"x axis {ax.get_xlabel().strip()}")
+        if ax.get_ylabel():
+            bits.append(f"y axis {ax.get_ylabel().strip()}")
+        legend = ax.get_legend()
+        if legend is not None:
+            names = [t.get_text().strip() for t in legend.get_texts() if t.get_text().strip()]
+            if names:
+                bits.append("legend: " + ", ".join(names))
+        if bits:
+            parts.append((f"Panel {i}: " if len(axes) > 1 else "") + "; ".join(bits) + ".")
+    legends = [lg for lg in getattr(fig, "legends", []) if lg is not None]
+    for lg in legends:
+        names = [t.get_text().strip() for t in lg.get_texts() if t.get_text().strip()]
+        if names:
+            parts.append("Legend: " + ", ".join(names) + ".")
+    return " ".join(" ".join(parts).split())
+
+
+def describe_figures() -> None:
+    """Make every matplotlib figure this kernel displays carry ``describe(fig)`` as its text/plain (instead of
+    ``<Figure size 720x440 with 1 Axes>``): what a text-only reader sees, and the book's alt text. It sets the
+    ``_repr_pretty_`` hook IPython's plain-text formatter calls (a type printer registered with ``for_type`` is not
+    consulted for figures under IPython 9.18's inline backend: measured), so it is meant for the notebooks' setup
+    cells, not for library code."""
+    from matplotlib.figure import Figure
+
+    Figure._repr_pretty_ = lambda self, p, cycle: p.text(describe(self))  # type: ignore[attr-defined]
