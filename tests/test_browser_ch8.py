@@ -141,3 +141,23 @@ def test_chapter8_grid_is_one_tab_stop_moved_by_the_arrow_keys():
         assert page.evaluate("document.activeElement.dataset.rank") == "63"
         page.keyboard.press("Tab")
         assert page.evaluate("document.activeElement.classList.contains('mp-gpu')") is False
+
+
+def test_chapter8_a_locked_zero_stage_says_why():
+    """Filling all 8 GPUs with TP and PP leaves DP × CP = 1: ZeRO 1-3 are disabled and the checklist says why beside
+    them (issue 28), and the note goes when a split is back."""
+    ck = design_checklist_8()
+    with site_page(CH8) as page:
+        page.reload()
+        root = page.locator(f"#{ck.dom_id}")
+        root.scroll_into_view_if_needed()
+        why = root.locator('.mp-why[data-for="zero"]')
+        assert why.inner_text() == "" and not why.is_visible()  # the defaults leave DP > 1
+        slide(root, "tp", "End")  # TP 8 fills the node: PP 1 and CP 1 are all that is left
+        assert (chosen(root, "tp"), chosen(root, "pp"), chosen(root, "zero")) == ("8", "1", "0")
+        assert root.locator('input.mp-slider[data-name="zero"]').is_disabled()
+        assert why.is_visible()
+        assert why.inner_text() == ck.why("zero", {"tp": 8, "cp": 1, "pp": 1}) != ""
+        assert "DP × CP = 1 leaves nothing to shard" in why.inner_text()
+        slide(root, "tp", "Home")
+        assert why.inner_text() == "" and not why.is_visible()

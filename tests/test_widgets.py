@@ -609,3 +609,29 @@ def test_checklist_live(plan_ck):
     assert out.value.startswith("<div>2 of 3 checks pass; failing: bubble under 20 %.</div>")
     m.value = 16
     assert out.value == ""
+
+
+def test_a_locked_choice_says_why():
+    """``why`` gives a disabled choice its reason (issue 28: ZeRO locked at 0 without a word when DP is 1): in the
+    payload for each parents' setting where something is disabled, and in the static HTML at the defaults."""
+    ck = Checklist(
+        "why",
+        "q",
+        {"tp": [1, 8], "zero": [0, 1, 3]},
+        [Check("zero", lambda zero: (True, f"ZeRO-{zero}"))],
+        depends={"zero": lambda tp: [0, 1, 3] if tp < 8 else [0]},
+        why={"zero": lambda tp: f"TP {tp} uses all 8 GPUs: nothing to shard"},
+        defaults={"tp": 8},
+    )
+    zero = next(c for c in ck.payload()["controls"] if c["name"] == "zero")
+    assert zero["why"] == {"1": "TP 8 uses all 8 GPUs: nothing to shard"}  # only where a choice is disabled
+    html = ck.controls_html()
+    assert (
+        '<span class="mp-why" data-for="zero" aria-live="polite">TP 8 uses all 8 GPUs: nothing to shard</span>' in html
+    )
+    assert '<span class="mp-why" data-for="zero" aria-live="polite"></span>' in ck.controls_html({"tp": 1, "zero": 3})
+    with pytest.raises(ValueError, match="why names 'tp', which has no depends"):
+        Checklist("w2", "q", {"tp": [1, 8]}, [Check("t", lambda tp: (True, ""))], why={"tp": lambda: ""})
+    with pytest.raises(ValueError, match=r"why\['zero'\] must read the controls its depends reads"):
+        Checklist("w3", "q", {"tp": [1, 8], "zero": [0, 1]}, [Check("z", lambda zero: (True, ""))],
+                  depends={"zero": lambda tp: [0]}, why={"zero": lambda: ""})  # fmt: skip

@@ -438,6 +438,12 @@ def plan_checklist(
     def zero_allowed(tp: int, cp: int, pp: int) -> list[int]:
         return list(zero) if gpus // (tp * pp) > 1 else [0]
 
+    def zero_why(tp: int, cp: int, pp: int) -> str:
+        return (
+            f"ZeRO 1-3 shard over the data-parallel ranks: TP {tp} × PP {pp} uses all {fmt_int(gpus)} GPUs, so "
+            "DP × CP = 1 leaves nothing to shard (ZeRO-0)"
+        )
+
     def m_allowed(pp: int) -> list[int]:
         return [m for m in micro_batches if m >= pp]
 
@@ -460,4 +466,5 @@ def plan_checklist(
         },
         defaults=defaults,
         depends={"cp": cp_allowed, "pp": pp_allowed, "zero": zero_allowed, "m": m_allowed},
+        why={"zero": zero_why},
     )

@@ -154,6 +154,9 @@ class StaticWidget:
         inputs: name → ``"slider"``, ``"radio"`` or ``"select"`` (default: ``auto_input``).
         texts: name → {value: text shown} (default: ``str(value)``).
         depends: name → a function of other controls (by parameter name) returning the allowed values.
+        why: name → a function of the same controls as its ``depends`` returning, in the reader's words, why some
+            values are not allowed there ('' when all are): shown beside the control whenever a choice is disabled,
+            so a locked control is never silent.
 
     Subclasses set ``kind`` (the page renderer), ``script_file`` (the file in ``meshplan/widgets/static/`` that
     registers the renderer of ``kind``: a function of the widget's element, its payload and the runtime's controls
@@ -178,6 +181,7 @@ class StaticWidget:
         inputs: Mapping[str, str] | None = None,
         texts: Mapping[str, Mapping[Any, str]] | None = None,
         depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
+        why: Mapping[str, Callable[..., str]] | None = None,
     ):
         self.id = check_id(id, self.what)
         values_of: dict[str, list[Any]] = {name: list(values) for name, values in (controls or {}).items()}
@@ -198,6 +202,12 @@ class StaticWidget:
                 if name not in values_of:
                     raise ValueError(f"{arg} names {name!r}, which is not a control ({', '.join(values_of) or 'none'})")
         self._depends = {name: (fn, _parents(name, fn, values_of)) for name, fn in (depends or {}).items()}
+        for name, fn in (why or {}).items():
+            if name not in self._depends:
+                raise ValueError(f"why names {name!r}, which has no depends (a reason needs a dependent range)")
+            if parameters(fn, f"why[{name!r}]") != self._depends[name][1]:
+                raise ValueError(f"why[{name!r}] must read the controls its depends reads: {self._depends[name][1]}")
+        self._why = dict(why or {})
         built = [
             _control(
                 name,
@@ -280,6 +290,14 @@ class StaticWidget:
             self._allowed_cache[(name, args)] = allowed
         return self._allowed_cache[(name, args)]
 
+    def why(self, name: str, values: Mapping[str, Any]) -> str:
+        """Why some values of ``name`` are not allowed at ``values`` ('' when it has no reason, or all are)."""
+        if name not in self._why or len(self.allowed(name, values)) == len(self._by_name[name].values):
+            return ""
+        fn = self._why[name]
+        parents = self._depends[name][1]
+        return str(fn(**{p: values[p] for p in parents}))
+
     def combinations(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Every allowed combination of the controls ``names`` (all by default), in the controls' order.
         A subset must include the controls its members depend on."""
@@ -351,6 +369,12 @@ class StaticWidget:
                     self.key(p, c.parents): [c.values.index(v) for v in self.allowed(c.name, p)]
                     for p in self.combinations(self._ancestors(c.name))
                 }
+            if c.name in self._why:  # parents' key -> why some values are not allowed there (only where some are not)
+                item["why"] = {
+                    k: text
+                    for p in self.combinations(self._ancestors(c.name))
+                    if (text := self.why(c.name, p)) and (k := self.key(p, c.parents))
+                }
             out.append(item)
         return out
 
@@ -376,7 +400,13 @@ class StaticWidget:
         rows = []
         for c in self.controls:
             rows.append(
-                control_html(c, self.dom_id, values[c.name], self.allowed(c.name, values) if c.parents else None)
+                control_html(
+                    c,
+                    self.dom_id,
+                    values[c.name],
+                    self.allowed(c.name, values) if c.parents else None,
+                    self.why(c.name, values) if c.name in self._why else None,
+                )
             )
         return f'<div class="mp-controls">{"".join(rows)}</div>'
 
@@ -430,11 +460,12 @@ class StaticWidget:
         return w.VBox(list(controls.widgets.values()))
 
 
-def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | None) -> str:
+def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | None, why: str | None = None) -> str:
     """One control's HTML at ``value``; ``allowed`` (a dependent range) limits the slider's positions and
-    disables the other options."""
+    disables the other options; ``why`` (a control with reasons: '' when nothing is disabled) is said beside it."""
     esc = html.escape
     el_id = f"{dom_id}-{c.name}"
+    note = "" if why is None else f'<span class="mp-why" data-for="{esc(c.name)}" aria-live="polite">{esc(why)}</span>'
     i = c.values.index(value)
     if c.input == "slider":
         positions = [c.values.index(v) for v in allowed] if allowed is not None else list(range(len(c.values)))
@@ -443,7 +474,7 @@ def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | N
             f'<input type="range" class="mp-control mp-slider" id="{esc(el_id)}" data-name="{esc(c.name)}" '
             f'min="0" max="{len(positions) - 1}" step="1" value="{positions.index(i)}" '
             f'aria-valuetext="{esc(c.texts[i])}"{" disabled" if len(positions) < 2 else ""}>'
-            f'<output class="mp-value" for="{esc(el_id)}">{esc(c.texts[i])}</output></div>'
+            f'<output class="mp-value" for="{esc(el_id)}">{esc(c.texts[i])}</output>{note}</div>'
         )
     off = set(range(len(c.values))) - (
         {c.values.index(v) for v in allowed} if allowed is not None else set(range(len(c.values)))
@@ -456,7 +487,7 @@ def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | N
         return (
             f'<div class="mp-row"><label class="mp-label" for="{esc(el_id)}">{esc(c.label)}</label>'
             f'<select class="mp-control mp-select" id="{esc(el_id)}" data-name="{esc(c.name)}">{options}'
-            f"</select></div>"
+            f"</select>{note}</div>"
         )
     options = "".join(
         f'<label class="mp-option{" mp-disabled" if j in off else ""}"><input type="radio" name="{esc(el_id)}" '
@@ -466,7 +497,7 @@ def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | N
     return (
         f'<div class="mp-row mp-control mp-radio" role="radiogroup" aria-labelledby="{esc(el_id)}-label" '
         f'data-name="{esc(c.name)}"><span class="mp-label" id="{esc(el_id)}-label">{esc(c.label)}</span>'
-        f'<div class="mp-options">{options}</div></div>'
+        f'<div class="mp-options">{options}</div>{note}</div>'
     )
 
 

@@ -270,6 +270,7 @@ class Checklist(StaticWidget):
         inputs: Mapping[str, str] | None = None,
         texts: Mapping[str, Mapping[Any, str]] | None = None,
         depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
+        why: Mapping[str, Callable[..., str]] | None = None,
     ):
         self.checks = tuple(checks)
         if not self.checks:
@@ -283,7 +284,9 @@ class Checklist(StaticWidget):
                 if r not in controls:
                     raise ValueError(f"check {name!r} reads {r!r}, which is not a control")
         self.question, self.button = question, button
-        super().__init__(id, controls, labels=labels, defaults=defaults, inputs=inputs, texts=texts, depends=depends)
+        super().__init__(
+            id, controls, labels=labels, defaults=defaults, inputs=inputs, texts=texts, depends=depends, why=why
+        )
 
     def uses(self, check: Check) -> tuple[str, ...]:
         """The controls a line's table is over: those its test reads and what they depend on, in order."""

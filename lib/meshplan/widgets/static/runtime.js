@@ -108,7 +108,9 @@ function controls(root,data){
     if(c.input==="select")return +el.value;
     var r=el.querySelector("input:checked");return r?+r.value:0;}
   function nearest(a,i){var b=a[0];a.forEach(function(j){if(Math.abs(j-i)<Math.abs(b-i))b=j;});return b;}
-  function show(c){var el=els[c.name],a=allowed(c),i=idx[c.name];
+  function reason(c){if(!c.why)return;var w=root.querySelector('.mp-why[data-for="'+c.name+'"]');
+    if(w)w.textContent=c.why[c.parents.map(function(p){return idx[p];}).join(",")]||"";}
+  function show(c){var el=els[c.name],a=allowed(c),i=idx[c.name];reason(c);
     if(c.input==="slider"){var n=a?a.length:c.texts.length;el.max=n-1;el.value=a?a.indexOf(i):i;el.disabled=n<2;
       el.setAttribute("aria-valuetext",c.texts[i]);el.parentNode.querySelector(".mp-value").textContent=c.texts[i];return;}
     var opts=el.querySelectorAll(c.input==="select"?"option":"input");
