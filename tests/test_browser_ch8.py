@@ -161,3 +161,8 @@ def test_chapter8_a_locked_zero_stage_says_why():
         assert "DP × CP = 1 leaves nothing to shard" in why.inner_text()
         slide(root, "tp", "Home")
         assert why.inner_text() == "" and not why.is_visible()
+        # DP is shown live beside PP, before any Check: the size the other choices leave
+        note = root.locator('.mp-note[data-for="pp"]')
+        assert note.inner_text() == "DP = 8 ÷ (TP 1 × CP 1 × PP 1) = 8"
+        slide(root, "pp", "End")
+        assert note.inner_text() == f"DP = 8 ÷ (TP 1 × CP 1 × PP {chosen(root, 'pp')}) = {8 // int(chosen(root, 'pp'))}"

@@ -635,3 +635,24 @@ def test_a_locked_choice_says_why():
     with pytest.raises(ValueError, match=r"why\['zero'\] must read the controls its depends reads"):
         Checklist("w3", "q", {"tp": [1, 8], "zero": [0, 1]}, [Check("z", lambda zero: (True, ""))],
                   depends={"zero": lambda tp: [0]}, why={"zero": lambda: ""})  # fmt: skip
+
+
+def test_a_live_note_beside_a_control():
+    """``notes`` shows a derived value beside a control (issue 28: DP, which the plan checklist never showed before
+    Check), for every combination of the controls it reads, and at the defaults in the static HTML."""
+    ck = Checklist(
+        "note",
+        "q",
+        {"tp": [1, 2, 4], "pp": [1, 2]},
+        [Check("t", lambda tp: (True, ""))],
+        notes={"pp": lambda tp, pp: f"DP = 8 ÷ (TP {tp} × PP {pp}) = {8 // (tp * pp)}"},
+        defaults={"tp": 2, "pp": 2},
+    )
+    pp = next(c for c in ck.payload()["controls"] if c["name"] == "pp")
+    assert pp["note"]["reads"] == ["tp", "pp"]
+    assert pp["note"]["texts"]["2,0"] == "DP = 8 ÷ (TP 4 × PP 1) = 2" and len(pp["note"]["texts"]) == 6
+    assert '<span class="mp-note" data-for="pp" aria-live="polite">DP = 8 ÷ (TP 2 × PP 2) = 2</span>' in (
+        ck.controls_html()
+    )
+    with pytest.raises(ValueError, match="notes\\['pp'\\] reads 'dp', which is not a control"):
+        Checklist("n2", "q", {"pp": [1]}, [Check("t", lambda pp: (True, ""))], notes={"pp": lambda dp: ""})

@@ -444,6 +444,9 @@ def plan_checklist(
             "DP × CP = 1 leaves nothing to shard (ZeRO-0)"
         )
 
+    def dp_note(tp: int, cp: int, pp: int) -> str:
+        return f"DP = {fmt_int(gpus)} ÷ (TP {tp} × CP {cp} × PP {pp}) = {fmt_int(gpus // (tp * cp * pp))}"
+
     def m_allowed(pp: int) -> list[int]:
         return [m for m in micro_batches if m >= pp]
 
@@ -467,4 +470,5 @@ def plan_checklist(
         defaults=defaults,
         depends={"cp": cp_allowed, "pp": pp_allowed, "zero": zero_allowed, "m": m_allowed},
         why={"zero": zero_why},
+        notes={"pp": dp_note},
     )

@@ -157,6 +157,8 @@ class StaticWidget:
         why: name → a function of the same controls as its ``depends`` returning, in the reader's words, why some
             values are not allowed there ('' when all are): shown beside the control whenever a choice is disabled,
             so a locked control is never silent.
+        notes: name → a function of any controls (by parameter name) returning a live line shown beside control
+            ``name``, such as the size a setting leaves to another dimension ("DP = 8 ÷ (TP 2 × PP 2) = 2"), or ''.
 
     Subclasses set ``kind`` (the page renderer), ``script_file`` (the file in ``meshplan/widgets/static/`` that
     registers the renderer of ``kind``: a function of the widget's element, its payload and the runtime's controls
@@ -182,6 +184,7 @@ class StaticWidget:
         texts: Mapping[str, Mapping[Any, str]] | None = None,
         depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
         why: Mapping[str, Callable[..., str]] | None = None,
+        notes: Mapping[str, Callable[..., str]] | None = None,
     ):
         self.id = check_id(id, self.what)
         values_of: dict[str, list[Any]] = {name: list(values) for name, values in (controls or {}).items()}
@@ -208,6 +211,15 @@ class StaticWidget:
             if parameters(fn, f"why[{name!r}]") != self._depends[name][1]:
                 raise ValueError(f"why[{name!r}] must read the controls its depends reads: {self._depends[name][1]}")
         self._why = dict(why or {})
+        self._notes: dict[str, tuple[Callable[..., str], tuple[str, ...]]] = {}
+        for name, fn in (notes or {}).items():
+            if name not in values_of:
+                raise ValueError(f"notes names {name!r}, which is not a control ({', '.join(values_of)})")
+            reads = parameters(fn, f"notes[{name!r}]")
+            for r in reads:
+                if r not in values_of:
+                    raise ValueError(f"notes[{name!r}] reads {r!r}, which is not a control")
+            self._notes[name] = (fn, reads)
         built = [
             _control(
                 name,
@@ -298,6 +310,13 @@ class StaticWidget:
         parents = self._depends[name][1]
         return str(fn(**{p: values[p] for p in parents}))
 
+    def note(self, name: str, values: Mapping[str, Any]) -> str:
+        """The live line beside control ``name`` at ``values`` ('' without one)."""
+        if name not in self._notes:
+            return ""
+        fn, reads = self._notes[name]
+        return str(fn(**{r: values[r] for r in reads}))
+
     def combinations(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Every allowed combination of the controls ``names`` (all by default), in the controls' order.
         A subset must include the controls its members depend on."""
@@ -369,6 +388,13 @@ class StaticWidget:
                     self.key(p, c.parents): [c.values.index(v) for v in self.allowed(c.name, p)]
                     for p in self.combinations(self._ancestors(c.name))
                 }
+            if c.name in self._notes:  # the read controls' key -> the line shown beside this control
+                reads = self._notes[c.name][1]
+                closure = tuple(n for n in self.names if n in {*reads, *(a for r in reads for a in self._ancestors(r))})
+                item["note"] = {
+                    "reads": list(reads),
+                    "texts": {self.key(v, reads): self.note(c.name, v) for v in self.combinations(closure)},
+                }
             if c.name in self._why:  # parents' key -> why some values are not allowed there (only where some are not)
                 item["why"] = {
                     k: text
@@ -406,6 +432,7 @@ class StaticWidget:
                     values[c.name],
                     self.allowed(c.name, values) if c.parents else None,
                     self.why(c.name, values) if c.name in self._why else None,
+                    self.note(c.name, values) if c.name in self._notes else None,
                 )
             )
         return f'<div class="mp-controls">{"".join(rows)}</div>'
@@ -460,12 +487,22 @@ class StaticWidget:
         return w.VBox(list(controls.widgets.values()))
 
 
-def control_html(c: Control, dom_id: str, value: Any, allowed: Sequence[Any] | None, why: str | None = None) -> str:
+def control_html(
+    c: Control,
+    dom_id: str,
+    value: Any,
+    allowed: Sequence[Any] | None,
+    why: str | None = None,
+    live: str | None = None,
+) -> str:
     """One control's HTML at ``value``; ``allowed`` (a dependent range) limits the slider's positions and
-    disables the other options; ``why`` (a control with reasons: '' when nothing is disabled) is said beside it."""
+    disables the other options; ``why`` (a control with reasons: '' when nothing is disabled) is said beside it, and
+    ``live`` (a control with a note) too."""
     esc = html.escape
     el_id = f"{dom_id}-{c.name}"
     note = "" if why is None else f'<span class="mp-why" data-for="{esc(c.name)}" aria-live="polite">{esc(why)}</span>'
+    if live is not None:
+        note += f'<span class="mp-note" data-for="{esc(c.name)}" aria-live="polite">{esc(live)}</span>'
     i = c.values.index(value)
     if c.input == "slider":
         positions = [c.values.index(v) for v in allowed] if allowed is not None else list(range(len(c.values)))

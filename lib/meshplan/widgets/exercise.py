@@ -271,6 +271,7 @@ class Checklist(StaticWidget):
         texts: Mapping[str, Mapping[Any, str]] | None = None,
         depends: Mapping[str, Callable[..., Iterable[Any]]] | None = None,
         why: Mapping[str, Callable[..., str]] | None = None,
+        notes: Mapping[str, Callable[..., str]] | None = None,
     ):
         self.checks = tuple(checks)
         if not self.checks:
@@ -285,7 +286,15 @@ class Checklist(StaticWidget):
                     raise ValueError(f"check {name!r} reads {r!r}, which is not a control")
         self.question, self.button = question, button
         super().__init__(
-            id, controls, labels=labels, defaults=defaults, inputs=inputs, texts=texts, depends=depends, why=why
+            id,
+            controls,
+            labels=labels,
+            defaults=defaults,
+            inputs=inputs,
+            texts=texts,
+            depends=depends,
+            why=why,
+            notes=notes,
         )
 
     def uses(self, check: Check) -> tuple[str, ...]:

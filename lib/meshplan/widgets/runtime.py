@@ -62,7 +62,8 @@ min-width:0}
 .mp-widget .mp-option{white-space:nowrap;cursor:pointer}
 .mp-widget .mp-option input{accent-color:var(--mp-accent);margin:0 .3em 0 0;vertical-align:-1px}
 .mp-widget .mp-option.mp-disabled{color:var(--mp-muted);text-decoration:line-through;cursor:not-allowed}
-.mp-widget .mp-why{flex:1 1 100%;color:var(--mp-muted);font-size:.9em}.mp-widget .mp-why:empty{display:none}
+.mp-widget .mp-why,.mp-widget .mp-note{flex:1 1 100%;color:var(--mp-muted);font-size:.9em}
+.mp-widget .mp-why:empty,.mp-widget .mp-note:empty{display:none}
 .mp-widget select,.mp-widget input[type=text]{font:inherit;color:var(--mp-fg);background:var(--mp-bg);
 border:1px solid var(--mp-border);border-radius:4px;padding:.2em .4em;max-width:100%}
 .mp-widget select{flex:0 1 auto;min-width:0}

@@ -108,8 +108,10 @@ function controls(root,data){
     if(c.input==="select")return +el.value;
     var r=el.querySelector("input:checked");return r?+r.value:0;}
   function nearest(a,i){var b=a[0];a.forEach(function(j){if(Math.abs(j-i)<Math.abs(b-i))b=j;});return b;}
-  function reason(c){if(!c.why)return;var w=root.querySelector('.mp-why[data-for="'+c.name+'"]');
-    if(w)w.textContent=c.why[c.parents.map(function(p){return idx[p];}).join(",")]||"";}
+  function reason(c){var w=root.querySelector('.mp-why[data-for="'+c.name+'"]'),
+      n=root.querySelector('.mp-note[data-for="'+c.name+'"]');
+    if(c.why&&w)w.textContent=c.why[c.parents.map(function(p){return idx[p];}).join(",")]||"";
+    if(c.note&&n)n.textContent=c.note.texts[c.note.reads.map(function(r){return idx[r];}).join(",")]||"";}
   function show(c){var el=els[c.name],a=allowed(c),i=idx[c.name];reason(c);
     if(c.input==="slider"){var n=a?a.length:c.texts.length;el.max=n-1;el.value=a?a.indexOf(i):i;el.disabled=n<2;
       el.setAttribute("aria-valuetext",c.texts[i]);el.parentNode.querySelector(".mp-value").textContent=c.texts[i];return;}
@@ -117,7 +119,7 @@ function controls(root,data){
     for(var k=0;k<opts.length;k++){var o=opts[k],j=+o.value,off=!!a&&a.indexOf(j)<0;o.disabled=off;
       if(c.input==="select")o.selected=j===i;else{o.checked=j===i;o.parentNode.classList.toggle("mp-disabled",off);}}}
   function settle(){data.order.forEach(function(n){var c=C[data.position[n]],a=allowed(c);
-    if(a&&a.indexOf(idx[n])<0)idx[n]=nearest(a,idx[n]);show(c);});}
+    if(a&&a.indexOf(idx[n])<0)idx[n]=nearest(a,idx[n]);show(c);});C.forEach(reason);}
   data.order.forEach(function(n){var c=C[data.position[n]];idx[n]=readEl(c);});
   settle();
   C.forEach(function(c){els[c.name].addEventListener(c.input==="slider"?"input":"change",function(){
