@@ -9,6 +9,7 @@ from commands import run
 from meshplan import Plan
 from meshplan.course import published
 from meshplan.export import (
+    TORCHTITAN_VERSION_NOTE,
     engine_file,
     engine_options,
     engine_plan,
@@ -311,7 +312,10 @@ def test_cli_export():
     )
     assert out.returncode == 0, out.stderr
     plan = PLANS["llama405b_uneven_zero2_full_v1"]().replace(stage_balance="max")  # torchtitan's stage layout
-    assert out.stdout == f"# {price_note(engine_plan(plan, 'torchtitan', 'fsdp2'))}\n" + toml(*torchtitan(plan))
+    assert out.stdout == (
+        f"# {price_note(engine_plan(plan, 'torchtitan', 'fsdp2'))}\n# {TORCHTITAN_VERSION_NOTE}\n"
+        + toml(*torchtitan(plan))
+    )
     bad = _cli("--format", "megatron", "--model", "llama-3.1-405b", "--gpus", "16384", "--tp", "8", "--pp", "16")
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "meshplan: error: pp=16 does not divide 126 layers (uneven stages give the first and last stages fewer: "

@@ -83,6 +83,12 @@ from meshplan.spec.model import ModelSpec
 ENGINES_DIR = DATA_DIR / "engines"
 FORMATS = ("megatron", "torchtitan", "deepspeed")
 TORCHTITAN_COMMIT = "6404b93"
+# What a reader who installs torchtitan today meets (torchtitan 0.3.0 on PyPI, torchtitan/config/manager.py there)
+TORCHTITAN_VERSION_NOTE = (
+    f"note: the TOML job settings of torchtitan at {TORCHTITAN_COMMIT}; torchtitan 0.3.0 (PyPI) reads no TOML: it "
+    "builds a job from a config_registry function (--module M --config F, torchtitan/config/manager.py) with "
+    "--section.option overrides, so set these values there (--parallelism.tensor_parallel_degree ...)"
+)
 TORCHTITAN_MODELS = {"llama": "Llama 3", "deepseek_v3": "DeepSeek-V3"}  # torchtitan/models/ at that commit
 ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2", "deepspeed": "deepspeed"}  # each export's ledger
 # torchtitan's device mesh, outermost first ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
@@ -633,4 +639,4 @@ def export_text(plan: Plan, fmt: str, ledger: str | None = None) -> str:
         return "".join(f"# {line}\n" for line in (price_note(priced), *(f"note: {n}" for n in notes))) + (
             json.dumps(config, indent=2) + "\n"
         )
-    return f"# {price_note(priced)}\n" + toml(*torchtitan(plan))
+    return f"# {price_note(priced)}\n# {TORCHTITAN_VERSION_NOTE}\n" + toml(*torchtitan(plan))

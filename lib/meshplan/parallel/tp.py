@@ -125,11 +125,13 @@ def kv_replicas(num_kv_heads: int, t: int, replication: bool = True) -> int:
     """On how many of ``t`` tensor-parallel ranks each KV head is stored: 1 when t divides the KV heads (each rank
     owns kv/t of them), t/kv when the lab page's replication is allowed and the KV heads divide t.
 
-    ``replication=False`` is the engines' rule: Megatron-LM splits the KV heads evenly over the TP ranks and refuses
-    anything else (``num_query_groups_per_partition = divide(num_query_groups, world_size)``,
-    ``megatron/core/transformer/attention.py#L180`` at 000c4ac; ``divide`` asserts,
-    ``megatron/core/utils.py#L468-L477``), and torchtitan's ``ColwiseParallel`` splits k and v's output features
-    evenly; vLLM (inference) replicates.
+    ``replication=False`` is the engine ledgers' rule: t must divide the KV heads. Megatron-LM at 000c4ac split them
+    evenly and refused anything else (``num_query_groups_per_partition = divide(num_query_groups, world_size)``,
+    ``megatron/core/transformer/attention.py#L180``; ``divide`` asserts, ``megatron/core/utils.py#L468-L477``);
+    Megatron-Core 0.19 (core_v0.19.0) also runs t a multiple of the KV heads (``transformer_config.py#L1338-L1345``):
+    the qkv weights stay split evenly, the qkv output is all-gathered over TP in every layer and each rank slices out
+    one KV head (``attention.py#L1839-L1860``), an all-gather the engine ledgers do not price yet, so they keep the
+    rule. torchtitan's ``ColwiseParallel`` splits k and v's output features evenly; vLLM (inference) replicates.
 
         >>> kv_replicas(4, 8), kv_replicas(4, 2)
         (2, 1)

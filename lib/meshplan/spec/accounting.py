@@ -10,10 +10,10 @@ The course keeps two kinds of ledger.
   ``data/engines/`` (Megatron-LM: its choices re-verified at core_v0.19.0 in ``conventions.json``, the cited lines
   below still at 000c4ac, where the code they cite is unchanged but for two choices: Megatron-FSDP's main gradients,
   bf16 by default at core_v0.19.0, which the export sets to the fp32 this ledger counts, and TP beyond the KV heads,
-  which core_v0.19.0 allows by replicating them and this ledger still refuses, as 000c4ac did; PyTorch 2.13.0's
-  FSDP2 as torchtitan 6404b93 configures it; DeepSpeed v0.19.5, re-checked against the 0.19.8 release, whose
-  buffers the DeepSpeed export configures and ``plan.evaluation.DEEPSPEED_BUCKET_BYTES`` counts). Each choice that
-  differs from the lab's names the engine's file and lines; the full evidence (quotes, notes) is
+  which core_v0.19.0 runs by all-gathering the qkv output over TP and this ledger still refuses, as 000c4ac did;
+  PyTorch 2.13.0's FSDP2 as torchtitan 6404b93 configures it; DeepSpeed v0.19.5, re-checked against the 0.19.8
+  release, whose buffers the DeepSpeed export configures and ``plan.evaluation.DEEPSPEED_BUCKET_BYTES`` counts).
+  Each choice that differs from the lab's names the engine's file and lines; the full evidence (quotes, notes) is
   ``data/engines/conventions.json``, read by ``source(choice)``.
 
 How each engine maps the plan's ZeRO stage:
@@ -291,8 +291,10 @@ _DS = "deepspeedai/DeepSpeed v0.19.5: "
 _KV_SOURCE = (
     _MEGATRON + "megatron/core/transformer/attention.py#L180 (num_query_groups_per_partition = "
     "divide(num_query_groups, world_size)) and megatron/core/utils.py#L468-L477 (ensure_divisibility "
-    "asserts): the KV heads must divide among the TP ranks (core_v0.19.0 replicates them when TP exceeds them, "
-    "attention.py#L353-L367 and transformer_config.py#L1338-L1345 at 5be9626: not priced here, so still refused)"
+    "asserts): the KV heads must divide among the TP ranks (core_v0.19.0 also runs TP a multiple of them, "
+    "transformer_config.py#L1338-L1345 at 5be9626: the qkv weights stay split evenly, the qkv output is all-gathered "
+    "over TP in every layer and each rank slices out one KV head, attention.py#L353-L367 and #L1839-L1860; that "
+    "all-gather is not priced here, so the ledger still refuses it)"
 )
 
 LAB = Accounting(
