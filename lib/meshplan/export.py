@@ -86,7 +86,7 @@ TORCHTITAN_COMMIT = "6404b93"
 # What a reader who installs torchtitan today meets (torchtitan 0.3.0 on PyPI, torchtitan/config/manager.py there)
 TORCHTITAN_VERSION_NOTE = (
     f"note: the TOML job settings of torchtitan at {TORCHTITAN_COMMIT}; torchtitan 0.3.0 (PyPI) reads no TOML: it "
-    "builds a job from a config_registry function (--module M --config F, torchtitan/config/manager.py) with "
+    "builds a job from a config_registry entry (--module M --config F, torchtitan/config/manager.py) with "
     "--section.option overrides, so set these values there (--parallelism.tensor_parallel_degree ...)"
 )
 TORCHTITAN_MODELS = {"llama": "Llama 3", "deepseek_v3": "DeepSeek-V3"}  # torchtitan/models/ at that commit
