@@ -462,11 +462,18 @@ def test_phone_and_dark_mode(server, dark, tmp_path):
         page.click("#planner-run")
         page.wait_for_function("window.plannerTimings.runs.length > 0", timeout=LOAD_TIMEOUT_MS)
         assert horizontal_overflow(page) == 0  # the report scrolls inside its own box, not the page
-        colors = page.evaluate(
-            "() => ['#planner-gpus', '#planner-run', '#planner-report', '#planner-status'].map(s => {"
-            " const c = getComputedStyle(document.querySelector(s)); return [c.color, c.backgroundColor]; })"
+        # the form and the report are drawn in the theme's own text and background colours, in both themes
+        got = page.evaluate(
+            """() => { const rgb = s => getComputedStyle(document.querySelector(s));
+              const probe = document.createElement('span'); probe.style.color = 'var(--pst-color-text-base)';
+              probe.style.background = 'var(--pst-color-background)'; document.body.appendChild(probe);
+              const theme = getComputedStyle(probe);
+              return {text: theme.color, bg: theme.backgroundColor, input: rgb('#planner-gpus').color,
+                      input_bg: rgb('#planner-gpus').backgroundColor, report: rgb('#planner-report').color}; }"""
         )
-        assert len({c for c, _ in colors}) >= 2  # text is drawn in the theme's colours, not left to defaults
+        assert got["input"] == got["report"] == got["text"] and got["input_bg"] == got["bg"]
+        luminance = sum(int(x) for x in got["text"][got["text"].index("(") + 1 : -1].split(",")[:3])
+        assert (luminance > 384) == dark  # light text on dark, dark text on light
         page.screenshot(path=str(tmp_path / f"planner-{'dark' if dark else 'light'}.png"), full_page=False)
         assert context.blocked == []
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from meshplan.core.optimize import golden_section
 from meshplan.core.units import GB
 from meshplan.core.validation import PlanError
 from meshplan.plan import Plan, evaluate
@@ -269,22 +270,6 @@ def _loss(runs: list[Run], cal: Calibration) -> float:
     return sum(math.log(_predict(r, cal) / r.measured_s) ** 2 for r in runs)
 
 
-def _golden(f, lo: float, hi: float, steps: int = 40) -> float:
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = f(a), f(b)
-    for _ in range(steps):
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = f(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = f(b)
-    return (lo + hi) / 2
-
-
 def fit_constants(runs: list[Run], start: Calibration, fitted: tuple[str, ...], cycles: int = 4) -> Calibration:
     """The constants of ``fitted`` minimising Σ log²(predicted ÷ measured) over ``runs`` (coordinate descent from
     ``start``, a golden-section search per constant within its physical range); the others as in ``start``."""
@@ -292,8 +277,11 @@ def fit_constants(runs: list[Run], start: Calibration, fitted: tuple[str, ...], 
     for _ in range(cycles if len(fitted) > 1 else 1):
         for name in fitted:
             lo, hi = PHYSICAL_RANGES[name]
-            best = _golden(lambda x, name=name, cal=cal: _loss(runs, replace(cal, **{name: x})), lo, hi)
-            cal = replace(cal, **{name: round(best, 4)})
+
+            def loss(x: float, name: str = name, cal: Calibration = cal) -> float:
+                return _loss(runs, replace(cal, **{name: x}))
+
+            cal = replace(cal, **{name: round(golden_section(loss, lo, hi), 4)})
     return cal
 
 

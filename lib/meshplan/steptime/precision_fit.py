@@ -32,6 +32,7 @@ import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 
+from meshplan.core.optimize import golden_section
 from meshplan.core.resources import read_json
 from meshplan.plan import Plan, evaluate
 from meshplan.steptime import model as stm
@@ -123,20 +124,7 @@ def fit(precision: str) -> float:
     def loss(x: float) -> float:
         return sum(math.log(_predict(r, x) / published_step_s(r)) ** 2 for r in fit_set)
 
-    lo, hi = RANGE
-    g = (math.sqrt(5) - 1) / 2
-    a, b = hi - g * (hi - lo), lo + g * (hi - lo)
-    fa, fb = loss(a), loss(b)
-    for _ in range(40):  # (0.618)^40 × 0.95 < 1e-8
-        if fa < fb:
-            hi, b, fb = b, a, fa
-            a = hi - g * (hi - lo)
-            fa = loss(a)
-        else:
-            lo, a, fa = a, b, fb
-            b = lo + g * (hi - lo)
-            fb = loss(b)
-    return round((lo + hi) / 2, 4)
+    return round(golden_section(loss, *RANGE), 4)  # (0.618)^40 × 0.95 < 1e-8
 
 
 def summary(rows: list[Row]) -> dict[str, dict[str, float]]:
