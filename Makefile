@@ -115,11 +115,14 @@ serve:
 
 # 1. everything but the browser tests, and strict nbval (every notebook executed once); 2. the site from those
 # outputs; 3. the browser tests: the built site (offline, layout, each chapter), the widget pages, JupyterLab.
-# (Playwright's sync API cannot share a process with nbval's kernel clients, hence a run of its own.)
+# (Playwright's sync API cannot share a process with nbval's kernel clients, hence a run of its own.) JupyterLab's
+# test runs last and alone: beside the other browser worker (Pyodide in Chromium) on 2 cores, its kernel once took
+# over a minute to grade an answer in CI.
 test: venv chromium node
 	$(PYTEST) $(NBVAL) -m "not browser" tests notebooks
 	$(MAKE) --no-print-directory book-stored
-	$(PYTEST) -p no:nbval -m browser tests
+	$(PYTEST) -p no:nbval -m browser --ignore=tests/test_jupyterlab.py tests
+	$(PYTEST) -p no:nbval -m browser -n0 tests/test_jupyterlab.py
 
 check: venv
 	MESHPLAN_HYPOTHESIS_SCALE=0.2 $(PYTEST) -p no:nbval -m "not browser and not slow" tests
