@@ -85,6 +85,9 @@ def test_seed_004_example_flag_for_flag():
         "--max-position-embeddings": "131072",
         # the data-parallel sync overlapped, as the step time prices it (ZeRO-0 here: no parameter gather)
         "--overlap-grad-reduce": None,
+        # dropout off, as priced (Megatron's default is 0.1 for both)
+        "--attention-dropout": "0",
+        "--hidden-dropout": "0",
     }
     assert out.env == ("CUDA_DEVICE_MAX_CONNECTIONS=1",)  # TP and CP before Blackwell (arguments.py L1413-L1439)
 

@@ -162,7 +162,17 @@ def megatron_plan_kwargs(text: str, model: str) -> dict:
         "precision": "bf16"
         if f.get("--fp8-format") is None
         else ("mxfp8" if f.get("--fp8-recipe") == "mxfp8" else "fp8"),
+        # Megatron's defaults: dropout 0.1 for both (transformer_config.py L181-L184), its own attention choice
+        "dropout": _same_dropout(f),
+        "attention_backend": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
     }
+
+
+def _same_dropout(f: dict) -> float:
+    """The one dropout probability the export gives both of Megatron's dropouts (0.1 each when absent)."""
+    attention, hidden = (float(f.get(k, 0.1)) for k in ("--attention-dropout", "--hidden-dropout"))
+    assert attention == hidden, (attention, hidden)
+    return attention
 
 
 # ---------------------------------------------------------------- torchtitan

@@ -396,13 +396,22 @@ def test_selective_recompute_never_keeps_more_than_none(name):
     """Issue 29: in the engine ledgers selective recompute keeps no more activations than none on any stage (the
     first stage was charged the sliding-window mask of layers it does not hold)."""
     model = _windowed_qwen2() if name == "windowed" else load_model(name)
-    for stages in (1, 2, 4):
-        for seq in (4096, 8192):
-            kw: dict[str, Any] = {"gpus": stages, "pp": stages, "seq": seq, "micro_batches": 4, "accounting": "fsdp2"}
-            none, selective = (
-                evaluate(Plan.create(model, recompute=r, uneven_stages=True, **kw)) for r in ("none", "selective")
-            )
-            assert selective.memory_bytes["activations"] <= none.memory_bytes["activations"], (stages, seq)
+    for ledger in ("fsdp2", "megatron"):
+        for stages in (1, 2, 4):
+            if stages > 1 and ledger == "fsdp2" and model.tie_word_embeddings:
+                continue  # torchtitan refuses a tied head with pipeline parallelism
+            for seq in (4096, 8192):
+                kw: dict[str, Any] = {
+                    "gpus": stages,
+                    "pp": stages,
+                    "seq": seq,
+                    "micro_batches": 4,
+                    "accounting": ledger,
+                }
+                none, selective = (
+                    evaluate(Plan.create(model, recompute=r, uneven_stages=True, **kw)) for r in ("none", "selective")
+                )
+                assert selective.memory_bytes["activations"] <= none.memory_bytes["activations"], (ledger, stages, seq)
 
 
 def test_refused_where_an_engine_refuses():

@@ -80,6 +80,8 @@ def plan_kwargs(draw, doubling_tp: bool = False, accounting: str | None = "lab")
     L = spec.num_layers
     uneven = not doubling_tp and rnd.random() < 0.25
     pps = [d for d in range(1, L + 1) if tp * d <= 128 and (uneven or L % d == 0)]
+    if acc == "fsdp2" and spec.tie_word_embeddings:  # torchtitan refuses a tied head with pipeline parallelism
+        pps = [1]
     pp = rnd.choice(pps)
     lps = spread_layers(L, pp) if uneven and L % pp else None
     vs = [v for v in (1, 2, 3, 4) if (v == 1 or pp > 1) and (L % (pp * v) == 0 if lps is None else min(lps) >= v)]

@@ -105,6 +105,17 @@ def _number(name: str, limit: float) -> Callable[[str], float]:
     return conv
 
 
+def _probability(text: str) -> float:
+    """A dropout probability, 0 up to (not including) 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"dropout={text[:40]!r} must be a number from 0 up to 1") from None
+    if not 0 <= value < 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"dropout={text[:40]} must be from 0 up to (not including) 1")
+    return value
+
+
 def _order(text: str) -> str:
     try:
         parse_order(text)
@@ -186,6 +197,21 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
         "checkpointing, fsdp2 ledger only)",
     )
     _precision_option(p)
+    p.add_argument(
+        "--attention-backend",
+        choices=("flash", "unfused"),
+        default="flash",
+        help="the attention kernel whose saved tensors are priced: flash (SDPA's and Transformer Engine's flash or "
+        "fused kernels), or unfused (Megatron's --attention-backend unfused: softmax and dropout over s × s scores; "
+        "megatron ledger, no CP)",
+    )
+    p.add_argument(
+        "--dropout",
+        type=_probability,
+        default=0.0,
+        help="attention and hidden dropout (Megatron's --attention-dropout and --hidden-dropout; its default is 0.1, "
+        "the export writes the value priced); above 0 the megatron ledger keeps the dropout masks",
+    )
     p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
     p.add_argument("--micro-batch-size", type=_int("micro-batch-size", MAX_MICRO_BATCH_SIZE), default=1)
     p.add_argument(
@@ -250,6 +276,8 @@ def plan_from_args(args: argparse.Namespace, ledger: str | None = None) -> Plan:
         uneven_stages=args.uneven_stages,
         accounting=accounting,
         precision=args.precision,
+        attention_backend=args.attention_backend,
+        dropout=args.dropout,
     )
 
 

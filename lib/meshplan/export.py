@@ -386,6 +386,12 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
     # FP8-CS) or block-scaled MXFP8 (Blackwell). --bf16 stays: the parameters, attention and the head are bf16.
     if plan.precision != "bf16":
         flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise" if plan.precision == "fp8" else "mxfp8")]
+    # dropout as priced (Plan.dropout): Megatron's default is 0.1 for both (transformer_config.py L181-L184 at
+    # core_v0.19.0), whose masks the megatron ledger keeps only when asked; the attention kernel when it is not
+    # Transformer Engine's own choice (--attention-backend auto, flash or fused attention: what "flash" prices)
+    flags += [("--attention-dropout", f"{plan.dropout:g}"), ("--hidden-dropout", f"{plan.dropout:g}")]
+    if plan.attention_backend == "unfused":
+        flags.append(("--attention-backend", "unfused"))
     notes += shape_notes
     # CUDA_DEVICE_MAX_CONNECTIONS: TP or CP before Blackwell needs 1 (arguments.py L1413-L1439; harmless after),
     # Megatron-FSDP needs anything but 1 (L1143-L1144), so the export unsets it there

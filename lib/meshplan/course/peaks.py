@@ -152,14 +152,26 @@ def plan_for(row: Mapping[str, Any]) -> Plan:
     v = mesh.get("virtual_stages") or assumed.get("virtual_stages") or 1
     if "interleaved" in str(row.get("pipeline_schedule") or "").lower() and v == 1:
         v = 2
+    args = row.get("engine_args") or {}
+    backend, dropout = "flash", 0.0
+    if engine == "megatron":  # Megatron's own defaults where the run gives no flag: dropout 0.1, TE's attention
+        unfused = row.get("transformer_impl") == "local" or args.get("--attention-backend") == "unfused"
+        backend = "unfused" if unfused else "flash"
+        dropout = max(float(args.get("--attention-dropout", 0.1)), float(args.get("--hidden-dropout", 0.1)))
     return Plan.create(
         spec, gpus=row["gpus"], tp=mesh["tp"], cp=mesh["cp"] or 1, pp=mesh["pp"], dp=mesh["dp"], ep=mesh["ep"] or 1,
         zero=zero, recompute=recompute, seq=row["seq"],
         micro_batch_size=b, global_batch=row["global_batch"], accounting=engine,
         hardware=hw, gpu_memory_bytes=memory, virtual_stages=v,
         sp=bool(row.get("sequence_parallel")) if mesh["tp"] > 1 else False, uneven_stages=True,
-        stage_balance=get_accounting(engine).stage_balance,
+        stage_balance=get_accounting(engine).stage_balance, attention_backend=backend, dropout=dropout,
     )  # fmt: skip
+
+
+def measured_on_last_rank(row: Mapping[str, Any]) -> bool:
+    """Whether the row's figure is the last rank's (Megatron-LM's golden values: the TensorBoard writer lives on
+    rank world_size − 1, the last pipeline stage in Megatron's default order), not the maximum over the GPUs."""
+    return str((row.get("measured") or {}).get("rank") or "").startswith("world_size - 1")
 
 
 def peak_rows() -> list[PeakRow]:
@@ -181,6 +193,8 @@ def peak_rows() -> list[PeakRow]:
             else:
                 mem = r.memory_bytes
                 predicted = mem["peak_reserved"] if kind == "reserved" else mem["peak_allocated"]
+                if kind == "allocated" and measured_on_last_rank(row):
+                    predicted = r.by_stage[-1].peak.total  # the rank measured: the last stage's peak
                 fits = r.fits
                 verdict = r.headroom.verdict if r.headroom else ""
         out.append(

@@ -133,9 +133,14 @@ from meshplan.core.validation import check_count
 from meshplan.spec.model import LayerSpec, ModelSpec
 from meshplan.spec.models.spec import NORM_NAMES
 
-ATTENTIONS = ("sdpa", "eager")
+ATTENTIONS = ("sdpa", "eager", "unfused")
 RECOMPUTE_MODES = ("none", "selective", "full", "op")
-DEVICES = ("cpu", "cuda")
+# The kernel paths: "cpu" (what ``meshplan.realrun.measure`` measures) and "cuda" (SDPA's CUDA kernels), each
+# with dropout off; "cuda-unfused" is Megatron-Core's unfused core attention (``--attention-backend unfused``, or
+# ``--transformer-impl local``: ``_megatron_unfused``); "+dropout" adds the dropout masks Megatron's default
+# ``--attention-dropout 0.1 --hidden-dropout 0.1`` keeps (``_hidden_dropout``; in the unfused core, its mask and
+# output).
+DEVICES = ("cpu", "cuda", "cuda+dropout", "cuda-unfused", "cuda-unfused+dropout")
 GDN_CHUNK = 64  # torch_chunk_gated_delta_rule's chunk_size (modeling_qwen3_5.py:292)
 LSE_ALIGN_CUDA = 32  # memory-efficient attention pads its logsumexp rows to 32 (a convention, not measured)
 # saved copies of the activation's input width beyond the input itself (measured: silu, gelu_pytorch_tanh, gelu_new)
@@ -295,6 +300,14 @@ def implementation(family: str, config: Mapping[str, Any] | None = None) -> Impl
     return replace(impl, **changes)
 
 
+def _attention_kind(impl: Implementation, device: str) -> str:
+    """The attention a kernel path runs: Megatron's unfused core on ``cuda-unfused``, else SDPA, or eager for a
+    family without SDPA in transformers 5.23.0 (Gemma 2)."""
+    if device.startswith("cuda-unfused"):
+        return "unfused"
+    return "sdpa" if impl.sdpa else "eager"
+
+
 def _impl(family: str | Implementation) -> Implementation:
     return family if isinstance(family, Implementation) else implementation(family)
 
@@ -306,6 +319,11 @@ def _check_mode(attention: str, recompute: str, device: str, act_bytes: int) -> 
         raise ValueError(f"recompute={recompute!r} must be one of {', '.join(RECOMPUTE_MODES)}")
     if device not in DEVICES:
         raise ValueError(f"device={device!r} must be one of {', '.join(DEVICES)}")
+    if (attention == "unfused") != device.startswith("cuda-unfused"):
+        raise ValueError(
+            f"attention={attention!r} with device={device!r}: Megatron's unfused core attention is the "
+            "'cuda-unfused' kernel path, and that path runs no other"
+        )
     if act_bytes != 2:
         raise ValueError(f"act_bytes={act_bytes!r}: only bf16 activations (2 bytes) are modelled and measured")
 
@@ -438,6 +456,8 @@ def _attention_core(
         _Saved("core input v", "mixer", v_store, "width"),
     ]
     out_bytes = 2 * T * a * dv
+    if attention == "unfused":
+        return _megatron_unfused(L, s, b, device.endswith("+dropout"), inputs, out_bytes)
     if attention == "eager":
         if not impl.eager_softmax_fp32:
             probs = [_Saved("eager: softmax output (bf16)", "mixer", 2 * scores, "width", "not_selective")]
@@ -505,6 +525,76 @@ def _attention_core(
             _Saved("sdpa: sliding-window mask converted to bf16", "mixer", 2 * b * s * s, "none", "not_selective")
         )
     return out
+
+
+def fused_softmax_available(s: int, b: int, heads: int) -> bool:
+    """Whether Megatron-Core's fused causal softmax kernel runs for a micro-batch of ``b`` sequences of ``s`` tokens
+    and ``heads`` attention heads on this GPU (``FusedScaleMaskSoftmax.is_kernel_available``,
+    megatron/core/fusions/fused_softmax.py#L238-L270 at core_v0.19.0: 16 < s ≤ 4096, s and b·heads multiples of 4,
+    b·heads a multiple of the kernel's batches per block, 128 threads over min(2^⌈log2 s⌉, 32)-wide warps, two
+    rows a warp up to 128 keys); the ``--no-masked-softmax-fusion`` flag turns it off, which the ledger does not
+    model."""
+    if not (16 < s <= 4096 and s % 4 == 0 and (b * heads) % 4 == 0):
+        return False
+    width = 1 << (s - 1).bit_length()
+    warp = min(width, 32)
+    per_block = (128 // warp) * (2 if width <= 128 else 1)
+    return (b * heads) % per_block == 0
+
+
+def _megatron_unfused(
+    L: LayerSpec, s: int, b: int, dropout: bool, inputs: list[_Saved], out_bytes: float
+) -> list[_Saved]:
+    """Megatron-Core's unfused core attention (megatron/core/transformer/dot_product_attention.py#L142-L251 at
+    core_v0.19.0; ``--attention-backend unfused``, and the ``local`` transformer implementation): with GQA, k and v
+    repeated to the query heads (``repeat_interleave``, copies); ``baddbmm`` saves q and k; the scaled causal softmax
+    saves its output, bf16 when the fused kernel runs (``fused_softmax_available``; ``ScaledUpperTriangMaskedSoftmax``
+    saves ``softmax_results``), else PyTorch's fp32 softmax (``forward_torch_softmax`` with
+    ``attention_softmax_in_fp32``, Megatron's default) and its bf16 cast; attention dropout (``torch.nn.Dropout``,
+    p > 0) saves its bool mask and the bmm its bf16 output; the bmm saves v; the context is permuted to token-major
+    (a copy that the output projection saves). With dropout and the fused kernel: 5 bytes a score, Korthikanti et
+    al.'s 5as/h (2022, Table 2). Selective recompute (``--recompute-modules core_attn``) keeps the inputs and the
+    output only."""
+    a, kv, d = L.num_heads, L.num_kv_heads or L.num_heads, L.head_dim
+    dv = L.v_head_dim or d
+    T, scores = s * b, b * a * s * s
+    q_in, k_in, v_in = inputs
+    # q, k and v as views of one fused qkv storage (GPT-2's layout: counted once, as v): baddbmm's q keeps it whole
+    shared = q_in.nbytes == 0
+    out = [replace(q_in, name="unfused: q (saved by baddbmm)", when="always")]
+    for t, width, which in ((k_in, d, "k"), (v_in, dv, "v")):
+        if a != kv:
+            out.append(
+                _Saved(f"unfused: {which} repeated to {a} heads", "mixer", 2 * T * a * width, "width", "not_selective")
+            )
+            out.append(replace(t, when="always" if shared and t.nbytes else "selective"))
+        else:
+            out.append(replace(t, name=f"unfused: {which} (saved by its matmul)", when="always"))
+    if fused_softmax_available(s, b, a):
+        out.append(_Saved("unfused: fused softmax output (bf16)", "mixer", 2 * scores, "width", "not_selective"))
+        probs_cast = 0.0
+    else:
+        out.append(_Saved("unfused: softmax output (fp32)", "mixer", 4 * scores, "width", "not_selective"))
+        probs_cast = 2 * scores  # its bf16 cast: read by the bmm (no dropout) or freed after dropout reads it
+    if dropout:
+        out += [
+            _Saved("unfused: attention dropout mask (bool)", "mixer", scores, "width", "not_selective"),
+            _Saved("unfused: attention dropout output (bf16)", "mixer", 2 * scores, "width", "not_selective"),
+        ]
+    elif probs_cast:
+        out.append(_Saved("unfused: probabilities cast to bf16", "mixer", probs_cast, "width", "not_selective"))
+    out.append(_Saved("attention output, permuted to token-major (a copy)", "mixer", out_bytes, "width"))
+    return out
+
+
+def _hidden_dropout(T: int, h: int) -> list[_Saved]:
+    """Megatron's hidden dropout (``--hidden-dropout`` > 0): the bias-dropout-add after the attention and after the
+    MLP each keeps a bool mask of the residual stream (megatron/core/fusions/fused_bias_dropout.py#L11-L59 at
+    core_v0.19.0: ``torch.nn.functional.dropout``)."""
+    return [
+        _Saved("hidden dropout mask after the attention (bool)", "mixer", T * h, "seq"),
+        _Saved("hidden dropout mask after the MLP (bool)", "mlp", T * h, "seq"),
+    ]
 
 
 def _attention(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, attention: str, device: str) -> list[_Saved]:
@@ -775,6 +865,8 @@ def _layer_saved(
     else:
         raise ValueError(f"mixer={L.mixer!r} must be 'attention', 'mla' or 'linear_attention'")
     out += _mlp(L, h, T, impl)
+    if device.endswith("+dropout"):
+        out += _hidden_dropout(T, h)
     keep = ("always", "selective") if recompute == "selective" else ("always", "not_selective")
     return [t for t in out if t.when in keep and t.nbytes]
 
@@ -1050,7 +1142,7 @@ def _layer_bytes_cached(
         s,
         b,
         family=impl,
-        attention="sdpa" if impl.sdpa else "eager",
+        attention=_attention_kind(impl, device),
         recompute=recompute,
         tp=tp,
         sp=sp,
@@ -1074,7 +1166,7 @@ def _shared_masks(
         s,
         b,
         family=impl,
-        attention="sdpa" if impl.sdpa else "eager",
+        attention=_attention_kind(impl, device),
         recompute=recompute,
         tp=tp,
         sp=sp,
@@ -1169,7 +1261,7 @@ def _model_level_parts(
         seq,
         batch,
         family=impl,
-        attention="sdpa" if impl.sdpa else "eager",
+        attention=_attention_kind(impl, device),
         recompute=recompute,
         tp=tp,
         sp=sp,

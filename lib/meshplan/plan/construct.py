@@ -27,7 +27,7 @@ from functools import cached_property
 from typing import Any
 
 from meshplan.core.units import add_up
-from meshplan.core.validation import PlanError, check_choice, check_count, check_zero, is_count
+from meshplan.core.validation import LedgerError, PlanError, check_choice, check_count, check_zero, is_count
 from meshplan.parallel import activations as act
 from meshplan.parallel.engine_activations import op_refusal
 from meshplan.parallel.tp import kv_replicas
@@ -56,6 +56,7 @@ MAX_MICRO_BATCHES = 2**20
 MAX_VIRTUAL_STAGES = 2**10
 MAX_GLOBAL_BATCH = MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS
 PRECISIONS = ("bf16", "fp8", "mxfp8")  # the GEMMs' number format (``precision_refusal``)
+ATTENTION_BACKENDS = ("flash", "unfused")  # the attention kernel the engine ledgers price (``Plan.attention_backend``)
 OP_RECOMPUTE = "op"  # torchtitan's SelectiveAC (op-level): priced by the engine activation ledger, fsdp2 only
 
 
@@ -185,6 +186,15 @@ class Plan:
         kv_replication: allow tp > KV heads when KV heads divide tp (each KV head replicated on tp/kv GPUs, as
             engines do); ``False`` demands tp | KV heads.
         precision: the linear layers' GEMM format, ``"bf16"``, ``"fp8"`` or ``"mxfp8"`` (``precision_refusal``).
+        attention_backend: the attention kernel whose saved tensors the engine ledgers price: ``"flash"`` (SDPA's
+            flash or memory-efficient kernels, TE's flash and fused attention: no s × s tensor) or ``"unfused"``
+            (Megatron-Core's ``--attention-backend unfused``, or ``--transformer-impl local``: the softmax and
+            dropout over s × s scores are saved; megatron ledger only, and without context parallelism, which
+            Megatron-Core runs only in Transformer Engine's attention). The step time prices the flash kernel.
+        dropout: the attention and hidden dropout probability (Megatron's ``--attention-dropout`` and
+            ``--hidden-dropout``, whose default is 0.1; 0 in the recipes for today's LLMs). Above 0 the megatron
+            ledger keeps the hidden dropout's masks, and with ``"unfused"`` the attention dropout's mask and output;
+            the other ledgers price dropout off and refuse it.
 
     The sizes, the workload and the machine read through properties (``plan.tp``, ``plan.seq``,
     ``plan.gpu_memory_bytes``, ...); ``plan.replace(...)`` takes the same flat names as ``Plan.create``.
@@ -203,6 +213,8 @@ class Plan:
     stage_balance: str = "even"
     kv_replication: bool = True
     precision: str = "bf16"
+    attention_backend: str = "flash"
+    dropout: float = 0.0
 
     # ------------------------------------------------------------------ the front door
     @classmethod
@@ -236,6 +248,8 @@ class Plan:
         stage_balance: str = "even",
         kv_replication: bool = True,
         precision: str = "bf16",
+        attention_backend: str = "flash",
+        dropout: float = 0.0,
     ) -> Plan:
         """A plan from a model name, path or spec and flat settings.
 
@@ -279,6 +293,8 @@ class Plan:
             stage_balance=stage_balance,
             kv_replication=kv_replication,
             precision=precision,
+            attention_backend=attention_backend,
+            dropout=dropout,
         )
 
     def settings(self) -> dict[str, Any]:
@@ -307,6 +323,8 @@ class Plan:
             "stage_balance": self.stage_balance,
             "kv_replication": self.kv_replication,
             "precision": self.precision,
+            "attention_backend": self.attention_backend,
+            "dropout": self.dropout,
         }
 
     def replace(self, **changes: Any) -> Plan:
@@ -357,9 +375,25 @@ class Plan:
         why = precision_refusal(self.hardware, self.accounting, self.precision)
         if why:
             raise PlanError(why, "precision")
+        check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS, PlanError)
+        p = self.dropout
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+            raise PlanError(f"dropout={p!r} must be a probability from 0 up to (not including) 1", "dropout")
+        if self.accounting.name != "megatron":
+            for name, value, default in (("attention_backend", self.attention_backend, "flash"), ("dropout", p, 0)):
+                if value != default:
+                    raise LedgerError(
+                        f"{name}={value!r}: the {self.accounting.name} ledger prices {name} {default!r} only (the "
+                        "unfused attention and dropout masks are priced in the megatron ledger)",
+                        name,
+                    )
         # how the parts combine
         check_nodes(d.world_size, self.hardware.gpus_per_node, partial=True)  # a partly filled last node: a note
         self.accounting.check(self.zero, d.pp)
+        if d.pp > 1 and m.tie_word_embeddings and self.accounting.tied_pp_refused:
+            raise LedgerError(
+                f"pp={d.pp}: {m.name} ties its head to the embedding; {self.accounting.tied_pp_refused}", "pp"
+            )
         _check_tp_heads(m, d.tp, self.kv_replication and self.accounting.kv_replication)
         if self.accounting.linear_attention_cp and d.cp > 1:  # Megatron-Core splits Gated DeltaNet heads over TP × CP
             for heads, what in (
@@ -397,6 +431,13 @@ class Plan:
                 )
         if self.workload.seq % d.cp:
             raise PlanError(f"cp={d.cp} does not divide seq={self.workload.seq}", "cp")
+        if self.attention_backend == "unfused" and d.cp > 1:
+            raise LedgerError(
+                f"cp={d.cp} with attention_backend='unfused': Megatron-Core runs context parallelism only in "
+                "Transformer Engine's attention (megatron/core/transformer/dot_product_attention.py#L57-L59 at "
+                "core_v0.19.0: 'Context parallelism is only supported by TEDotProductAttention!')",
+                "cp",
+            )
         if self.sequence_parallel and d.tp > 1 and (self.workload.seq // d.cp) % d.tp:
             raise PlanError(
                 f"tp={d.tp} does not divide the {self.workload.seq // d.cp:,} tokens of a CP rank's sequence: "
@@ -529,6 +570,14 @@ class Plan:
     @property
     def sequence_parallel(self) -> bool:
         return self.tp > 1 if self.sp is None else self.sp
+
+    @property
+    def kernel_path(self) -> str:
+        """The engine activation ledger's kernel path (``engine_activations.DEVICES``) for a GPU run of this plan:
+        ``"cuda"``, ``"-unfused"`` for Megatron's unfused core attention, ``"+dropout"`` when dropout is on."""
+        return (
+            "cuda" + ("-unfused" if self.attention_backend == "unfused" else "") + ("+dropout" if self.dropout else "")
+        )
 
     @property
     def stage_layers(self) -> tuple[int, ...]:

@@ -38,6 +38,8 @@ def report_json(report: Report) -> dict:
             "zero": p.zero,
             "recompute": p.recompute,
             "precision": p.precision,
+            "attention_backend": p.attention_backend,
+            "dropout": p.dropout,
             "seq": p.seq,
             "micro_batch_size": p.micro_batch_size,
             "micro_batches": p.micro_batches,

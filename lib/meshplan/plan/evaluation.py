@@ -130,6 +130,7 @@ def _stage_activations(plan: Plan, stage: Stage, per_layer_lab: float) -> float:
         sp=plan.sequence_parallel,
         first=stage.index == 0,
         last=stage.index == d.pp - 1,
+        device=plan.kernel_path,
     )
     if plan.virtual_stages > 1:  # the engines' interleaved schedule: each rank's own warm-up (spec.stages)
         chunks = interleaved_inflight_chunks(d.pp, stage.index, plan.micro_batches, plan.virtual_stages)
@@ -287,7 +288,7 @@ def _stage_inputs(plan: Plan, stage: Stage) -> tuple[dict[str, float], tuple]:
     if plan.accounting.activations == "engine":
         parts = _stage_parts(
             plan.model, stage.layers, plan.seq // d.cp, plan.micro_batch_size, plan.recompute, d.tp,
-            plan.sequence_parallel, stage.index == 0, stage.index == d.pp - 1, "cuda",
+            plan.sequence_parallel, stage.index == 0, stage.index == d.pp - 1, plan.kernel_path,
         )  # fmt: skip
     else:
         parts = _NO_PARTS
@@ -477,7 +478,7 @@ def freed_at_the_head(plan: Plan) -> float:
     last = plan.stages[-1]
     parts = _stage_parts(
         plan.model, last.layers, plan.seq // d.cp, plan.micro_batch_size, plan.recompute, d.tp,
-        plan.sequence_parallel, d.pp == 1, True, "cuda",
+        plan.sequence_parallel, d.pp == 1, True, plan.kernel_path,
     )  # fmt: skip
     return parts["loss"] + parts["head"]
 

@@ -197,6 +197,8 @@ class Accounting:
         sharding_stage: ZeRO stage → the stage whose terms it shards (``zero.STAGE_SHARDS``), where the engine
             shards more than the ZeRO paper's stage: FSDP2 without resharding after forward (the plan's ZeRO-2) still
             shards its fp32 parameters, as at ZeRO-3, and holds the bf16 copy unsharded beside them.
+        tied_pp_refused: why the engine refuses a head tied to the embedding with pipeline parallelism ("" when it
+            keeps a copy of the embedding on the last stage instead, ``stages``).
         sources: choice → where it comes from.
     """
 
@@ -214,6 +216,7 @@ class Accounting:
     activations: str = "korthikanti"
     kv_replication: bool = True
     sharding_stage: Mapping[int, int] = field(default_factory=dict)
+    tied_pp_refused: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -391,6 +394,8 @@ FSDP2 = Accounting(
     activations="engine",
     kv_replication=False,
     sharding_stage={2: 3},
+    tied_pp_refused="torchtitan refuses a head tied to the embedding with pipeline parallelism (torchtitan 0.3.0, "
+    "torchtitan/models/common/decoder.py#L139-L142: 'Weight tying is not supported with Pipeline Parallel.')",
     sources={
         "sharding_stage": _TORCH + "torch/distributed/fsdp/_fully_shard/_fully_shard.py#L114-L121 and #L180-L196: "
         "fully_shard always shards the parameters (the fp32 master) over the mesh; reshard_after_forward=False only "

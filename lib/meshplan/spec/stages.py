@@ -10,6 +10,13 @@ micro-batches' activations it keeps in flight.
   (embedding, vision tower, output head, final norm, MTP module) are spread evenly (``"even"``) or sit
   where the engines put them: the embedding and vision tower on the first stage, the head, final norm and MTP
   module on the last (a MoE model's MTP module holds one MoE layer, whose routed experts count as experts).
+  A head tied to the embedding is, on a pipeline, a second copy of the word embedding (V·h) on the last stage,
+  kept equal by an all-reduce of its gradient between the two stages: Megatron-Core allocates the output layer's
+  own weight wherever the stage does not also hold the embedding (megatron/core/models/gpt/gpt_model.py#L269-L282,
+  ``skip_weight_param_allocation``; language_module.py#L272-L300, "Create a second copy of word_embeddings on the
+  last stage", at core_v0.19.0), and DeepSpeed's ``PipelineModule`` builds a ``TiedLayerSpec`` on every stage that
+  uses it (deepspeed/runtime/pipe/module.py#L257-L269, ``allreduce_tied_weight_gradients`` #L457-L462, v0.19.5).
+  The model's parameter count is unchanged; the stages' sum exceeds it by the copy.
 * In flight under 1F1B: stage k holds min(m, p − k) micro-batches (Narayanan et al. 2021 §2.2.1); the
   interleaved schedule multiplies the first stage's by 1 + (p−1)/(p·v) (Korthikanti et al. 2022 §4.2.3),
   applied here to every stage as an upper bound.
@@ -211,7 +218,9 @@ def _stages(model: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] | None,
     first = comps["embedding"] + comps["vision"]
     mtp = comps["mtp"] + extra.get("mtp", 0)
     mtp_experts = max(model.layer_expert_params or (0,)) if (mtp and model.is_moe) else 0
-    last = comps["head"] + final_norm + mtp - mtp_experts
+    # the engines' second copy of a tied embedding on the last stage (the module docstring)
+    tied_copy = model.vocab_size * model.hidden_size if (model.tie_word_embeddings and pp > 1) else 0
+    last = comps["head"] + final_norm + mtp - mtp_experts + tied_copy
     # the lab page's convention: with equal stages and "even", every stage holds exactly 1/p of everything
     uniform = layers_per_stage is None and balance == "even"
     out, start = [], 0
