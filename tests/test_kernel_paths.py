@@ -143,6 +143,10 @@ def test_a_tied_head_is_a_second_embedding_on_the_last_stage(ledger):
     last = evaluate(two).by_stage[-1].moments[-1]  # the optimizer step: parameters, gradients, optimizer states
     per_param = 18 if ledger == "megatron" else 16
     assert sum(last.values[:3]) == pytest.approx(two.stages[-1].dense_params * per_param)
+    # the report says so, with the gradient all-reduce between the two copies that the step time leaves out
+    note = next(n for n in evaluate(two).notes if n.startswith("the head is tied to the embedding"))
+    assert f"({copy:,} parameters a GPU" in note and "not in the step time" in note
+    assert not [n for n in evaluate(one).notes if "tied" in n]
 
 
 def test_torchtitan_refuses_a_tied_head_with_pipeline_parallelism(capsys):

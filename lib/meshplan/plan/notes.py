@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from meshplan.core.units import fmt_int, fmt_mb
 from meshplan.plan.construct import Plan
 from meshplan.spec.mesh import partial_node
 
@@ -53,6 +54,14 @@ def report_notes(plan: Plan, comm: Mapping[str, float]) -> tuple[str, ...]:
             f"the multi-token-prediction module's {mtp / 1e9:.1f} B parameters are not counted: with stage balance "
             f"'even' (the lab page's convention) the model is its published {m.params.total / 1e9:.1f} B; 'max' puts "
             "the module on the last stage, as the engines train it"
+        )
+    if m.tie_word_embeddings and d.pp > 1 and plan.stage_balance == "max":
+        copy = m.vocab_size * m.hidden_size / t
+        grad = plan.accounting.grad_wire_bytes
+        notes.append(
+            f"the head is tied to the embedding: the last stage holds a second copy ({fmt_int(round(copy))} parameters "
+            f"a GPU, counted in its memory), whose gradient is all-reduced with the first stage's once a step "
+            f"({fmt_mb(copy * grad)}, not in the step time)"
         )
     rest = partial_node(d.world_size, plan.hardware.gpus_per_node)
     if rest:
