@@ -151,7 +151,7 @@ def test_layer_time_is_the_step_time_models_micro_batch():
     assert _layer("lab", 2).compute_s > _layer("lab", 4).compute_s > _layer("lab", 8).compute_s
 
 
-def test_kv_heads_the_lab_replicates_and_the_engines_refuse():
+def test_kv_heads_the_lab_replicates_megatron_gathers_and_torchtitan_refuses():
     assert [tp.kv_replicas(4, t) for t in (1, 2, 4, 8)] == [1, 1, 1, 2]
     assert [tp.kv_replicas(4, t, replication=False) for t in (1, 2, 4)] == [1, 1, 1]
     with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
@@ -160,11 +160,26 @@ def test_kv_heads_the_lab_replicates_and_the_engines_refuse():
         tp.kv_replicas(4, 3)
     with pytest.raises(ValueError, match="t=0"):
         tp.kv_replicas(4, 0)
-    for ledger in ("megatron", "fsdp2", "deepspeed"):
+    for ledger in ("fsdp2", "deepspeed"):
         with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
             Plan.create("qwen3.8-27b", gpus=8, tp=8, accounting=ledger)
-        Plan.create("qwen3.8-27b", gpus=8, tp=4, accounting=ledger)  # the largest TP the engines accept
+        Plan.create("qwen3.8-27b", gpus=8, tp=4, accounting=ledger)  # the largest TP torchtitan accepts
     assert max(t for t in (1, 2, 4, 8) if 4 % t == 0) == 4
+    # Megatron-Core 0.19: the qkv output all-gathered over TP in each attention layer, its gradient reduce-scattered
+    r = evaluate(Plan.create("qwen3.8-27b", gpus=8, tp=8, accounting="megatron", micro_batches=1))
+    qkv = r.collectives["tp_qkv"]
+    attn = next(x for x in r.plan.model.layers if x.mixer == "attention")
+    width = (2 * attn.num_heads + 2 * attn.num_kv_heads) * attn.head_dim  # q, the output gate, k and v
+    assert attn.output_gate and [(c.kind, c.phase, c.size_bytes) for c in qkv] == [
+        ("all-gather", "forward", 4096 * width * 2),
+        ("reduce-scatter", "backward", 4096 * width * 2),
+    ]
+    st = r.plan.stages[0]
+    plain = sum(c.sent_bytes for c in r.collectives["tp"]) * st.num_layers
+    gathered = sum(c.sent_bytes for c in qkv) * st.full_attention_layers
+    assert r.comm_bytes_per_step["tp"] == pytest.approx(plain + gathered)
+    with pytest.raises(ValueError, match=r"^tp=3 does not divide 4 KV heads \(and"):
+        Plan.create("qwen3.8-27b", gpus=6, tp=3, accounting="megatron")
 
 
 def test_sp_bytes_two_ledgers():

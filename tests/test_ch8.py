@@ -149,11 +149,13 @@ def test_engine_ledgers_reverse_the_per_token_comparison():
         "fits only if the allocator reserves under 10.1 % more",
     ]
     assert gb(z3["megatron"].memory_bytes["total"]) == "69.5 GB"  # what the old verdict (total <= 80 GB) passed
-    # the engines refuse TP 8 on the anchor's 4 KV heads; the lab page replicates them
+    # torchtitan refuses TP 8 on the anchor's 4 KV heads; the lab page replicates them; Megatron-Core 0.19 gathers the
+    # qkv output over TP, and its peak does not fit under its allocator's reserve
     tp8 = rows["TP 8 · selective recompute"]
-    for ledger in ("fsdp2", "megatron"):
-        with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
-            lab_plan(tp8, accounting=ledger)
+    with pytest.raises(ValueError, match=r"^tp=8 does not divide 4 KV heads$"):
+        lab_plan(tp8, accounting="fsdp2")
+    mega_tp8 = evaluate(lab_plan(tp8, accounting="megatron"))
+    assert (mark(mega_tp8), len(mega_tp8.collectives["tp_qkv"])) == ("76.4 GB ✗", 2)
     lab_tp8 = evaluate(lab_plan(tp8))
     assert (lab_tp8.plan.micro_batches, kb(bytes_per_token(lab_tp8))) == (64, "4,588 kB")
     # which engine runs the plan changes TP's exposed time (Megatron-Core hides part of the backward's)
@@ -210,7 +212,11 @@ def test_long_context_at_one_token_budget():
     mega_full = evaluate(lab_plan({**alt, "recompute": "full"}, accounting="megatron"))
     assert (mark(mega_full), f"{step_time(mega_full).total_s:.2f}") == ("25.8 GB ✓", "28.85")
     with pytest.raises(ValueError, match="tp=8 does not divide 4 KV heads"):
-        lab_plan(cp8, accounting="megatron")
+        lab_plan({**cp8, "zero": 2}, accounting="fsdp2")
+    with pytest.raises(ValueError, match=r"tp × cp = 8 × 8 does not divide 16 linear-attention key heads"):
+        lab_plan(cp8, accounting="megatron")  # TP 8 it runs; TP × CP must still divide the Gated DeltaNet heads
+    pp_full = evaluate(lab_plan(LONG_CONTEXT_64[2], accounting="megatron"))
+    assert (pp_full.plan.dims.label(), mark(pp_full)) == ("TP 8 × PP 8", "34.4 GB ✓")
     a = load_model(ANCHOR)
     assert (a.num_full_attention_layers, a.num_layers - a.num_full_attention_layers) == (16, 48)
 
@@ -307,7 +313,7 @@ def test_placement_in_the_search(found8):
     where = design.placement(cp2, found8["megatron"])
     assert not where.kept and where.why == "cp=2 leaves 2,048 tokens per CP rank, fewer than 4,096"
     assert design.search_line(cp2, found8["megatron"]).reason == (
-        "would rank 13 of 13 with the 12 kept plans, 24.56 s per step; the fastest 13.39 s (the search "
+        "would rank 13 of 16 with the 15 kept plans, 24.56 s per step; the fastest 13.39 s (the search "
         "skips it: cp=2 leaves 2,048 tokens per CP rank, fewer than 4,096)"
     )
     assert (where.rank, where.tied_rank, f"{where.step_s:.2f}") == (13, 13, "24.56")
@@ -407,7 +413,7 @@ def test_checklist_memory_does_not_depend_on_m():
 
 
 def test_decision_searches(found8, found64):
-    assert (found8["lab"].enumerated, [len(found8[x].ranked) for x in LEDGERS]) == (1170, [124, 19, 12])
+    assert (found8["lab"].enumerated, [len(found8[x].ranked) for x in LEDGERS]) == (1170, [124, 19, 15])
     # the engines' fastest differ: FSDP2 keeps DP 8 + ZeRO-3 at one sequence per micro-batch (at b = 2 the loss's
     # backward peaks over the GPU); Megatron-LM's DP 8 + ZeRO-3 does not fit under its allocator's reserve, TP 2 does
     assert [found8[x].ranked[0].label() for x in ("fsdp2", "megatron")] == [

@@ -303,7 +303,7 @@ def exported(draw):
         t
         for t in divisors(spec.num_attention_heads)
         if t <= 16
-        and kv % t == 0
+        and (kv % t == 0 or (fmt == "megatron" and t % kv == 0))  # Megatron-Core also runs TP beyond the KV heads
         and all(h % t == 0 for h in (spec.linear_num_key_heads, spec.linear_num_value_heads) if h)
     ]
     tp = rnd.choice(tps)

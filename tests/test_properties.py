@@ -74,8 +74,9 @@ def plan_kwargs(draw, doubling_tp: bool = False, accounting: str | None = "lab")
     spec = SPECS[name]
     acc = accounting or rnd.choice(["lab", "lab", "megatron", "fsdp2", "deepspeed"])
     tps = [t for t in TPS[name] if 2 * t in TPS[name]] if doubling_tp else TPS[name]
-    if acc != "lab":  # the engines split the KV heads evenly over TP: no replication
-        tps = [t for t in tps if spec.num_key_value_heads % t == 0] or [1]
+    if acc != "lab":  # the engines split the KV heads evenly over TP; Megatron-Core also runs TP a multiple of them
+        kv = spec.num_key_value_heads
+        tps = [t for t in tps if kv % t == 0 or (acc == "megatron" and t % kv == 0)] or [1]
     tp = rnd.choice(tps)
     L = spec.num_layers
     uneven = not doubling_tp and rnd.random() < 0.25

@@ -452,8 +452,8 @@ def _attention_core(
     T, scores = s * b, b * L.num_heads * s * s
     inputs = [
         _Saved("core input q (after rotary)", "mixer", q_bytes, "width"),
-        _Saved("core input k", "mixer", k_store, "width"),
-        _Saved("core input v", "mixer", v_store, "width"),
+        _Saved("core input k", "mixer", k_store, "width" if L.mixer == "mla" or a == kv else "kv"),
+        _Saved("core input v", "mixer", v_store, "width" if L.mixer == "mla" or a == kv else "kv"),
     ]
     out_bytes = 2 * T * a * dv
     if attention == "unfused":
@@ -621,6 +621,8 @@ def _attention(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, atten
     else:
         q, k, v = 2 * T * a * d, 2 * T * kv * d, 2 * T * kv * dv
     core = _attention_core(L, s, b, impl, attention, device, q, k, v, impl.rotary_cat)
+    if impl.qkv in ("fused_views", "fused_v_view"):  # v is the fused qkv storage: split over TP as a width
+        core = [replace(t, split="width") if t.split == "kv" else t for t in core]
     if impl.qkv == "fused_views":  # name the one storage behind q, k and v
         core = [
             replace(t, name=t.name[:-1] + "q, k, v (views of the fused qkv output)")
@@ -722,7 +724,12 @@ def _gated_deltanet(L: LayerSpec, h: int, s: int, b: int, impl: Implementation, 
 
 
 # ---------------------------------------------------------------- public API
-def _tp_divisor(split: str, tp: int, sp: bool) -> int:
+def _tp_divisor(split: str, tp: int, sp: bool, kv: int = 0) -> int:
+    """What TP divides a term by: ``width`` by t, ``seq`` by t with sequence parallelism, ``kv`` (a layer's K and V
+    at its ``kv`` KV heads) by t while t divides them and by kv beyond: Megatron-Core gives each rank one whole KV
+    head when t > kv (``tp.qkv_gather_collectives``), ``none`` not at all."""
+    if split == "kv":
+        return min(tp, kv) if kv else tp
     return tp if split == "width" or (split == "seq" and sp) else 1
 
 
@@ -746,7 +753,8 @@ def _check_tp(L: LayerSpec, tp: int) -> None:
         (L.shared_intermediate_size, "shared-expert channels"),
     ]
     for count, what in checks:
-        if count and count % tp:
+        # beyond the KV heads each rank holds one (Megatron-Core: tp a multiple of them, ``_tp_divisor``)
+        if count and count % tp and not (what == "KV heads" and L.mixer == "attention" and tp % count == 0):
             raise ValueError(f"tp={tp} does not divide {count} {what}")
 
 
@@ -904,7 +912,7 @@ def layer_terms(
     sp = tp > 1 if sp is None else sp
     impl = _impl(family)
     return tuple(
-        Term(t.name, t.part, t.nbytes / _tp_divisor(t.split, tp, sp), t.split)
+        Term(t.name, t.part, t.nbytes / _tp_divisor(t.split, tp, sp, layer.num_kv_heads or layer.num_heads), t.split)
         for t in _layer_saved(layer, hidden_size, seq, batch, impl, attention, recompute, device)
     )
 

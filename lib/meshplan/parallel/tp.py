@@ -82,6 +82,35 @@ def tp_collectives(
     return tuple(out)
 
 
+def qkv_gather_collectives(
+    s: int, b: int, qkv_width: int, t: int, *, recompute: str = "none", act_bytes: int = ACT_BYTES
+) -> tuple[Collective, ...]:
+    """The collectives Megatron-Core adds to one attention layer and one micro-batch when TP exceeds the KV heads
+    (t a multiple of them): the qkv weights stay split evenly over the t ranks, so a rank's qkv output holds no whole
+    head group; the forward all-gathers it over TP (``qkv_width`` = the full qkv output's channels, (a + 2·kv)·d, or
+    (2a + 2·kv)·d with an output gate) and each rank slices out its KV head and query heads; the backward
+    reduce-scatters its gradient (``all_gather_last_dim_from_tensor_parallel_region`` and its backward,
+    megatron/core/transformer/attention.py#L1839-L1860 at core_v0.19.0; the rule, num_query_groups a divisor or
+    multiple of the TP size: transformer_config.py#L1338-L1345). Nothing computes beside them, so nothing hides
+    them. Full recompute re-runs the forward's gather (not in the ledger). Units: bytes.
+
+        >>> [(c.kind, c.phase, c.size_bytes) for c in qkv_gather_collectives(4096, 1, (24 + 2 * 4) * 256, 8)]
+        [('all-gather', 'forward', 67108864), ('reduce-scatter', 'backward', 67108864)]
+    """
+    x = s * b * qkv_width * act_bytes
+    out = [
+        Collective("all-gather of the qkv output (tp > KV heads)", ALL_GATHER, t, x, 1),
+        Collective("reduce-scatter of the qkv output's gradient (tp > KV heads)", REDUCE_SCATTER, t, x, 1, "backward"),
+    ]
+    if recompute == "full":
+        out.append(
+            Collective(
+                "all-gather of the qkv output (recomputed forward)", ALL_GATHER, t, x, 1, "recompute", in_ledger=False
+            )
+        )
+    return tuple(out)
+
+
 def _sp_regather(t: int, x: float) -> Collective:
     return Collective(
         "all-gather of the column-parallel inputs again (Megatron-LM's sequence-parallel backward)",

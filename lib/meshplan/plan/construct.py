@@ -394,7 +394,7 @@ class Plan:
             raise LedgerError(
                 f"pp={d.pp}: {m.name} ties its head to the embedding; {self.accounting.tied_pp_refused}", "pp"
             )
-        _check_tp_heads(m, d.tp, self.kv_replication and self.accounting.kv_replication)
+        _check_tp_heads(m, d.tp, self.kv_replication and (self.accounting.kv_replication or self.accounting.kv_gather))
         if self.accounting.linear_attention_cp and d.cp > 1:  # Megatron-Core splits Gated DeltaNet heads over TP × CP
             for heads, what in (
                 (m.linear_num_key_heads, "linear-attention key heads"),

@@ -64,7 +64,7 @@ from meshplan.parallel.peak import (
     step_moments,
 )
 from meshplan.parallel.pp import bubble_fraction, bubble_share_of_time, pp_bytes_per_step
-from meshplan.parallel.tp import tp_collectives
+from meshplan.parallel.tp import qkv_gather_collectives, tp_collectives
 from meshplan.parallel.zero import model_states_terms, sync_terms
 from meshplan.plan.construct import Plan
 from meshplan.plan.notes import report_notes
@@ -531,11 +531,29 @@ def peak_line(total: float, moment: str, stage: int, pp: int, room: Headroom) ->
 
 @lru_cache(maxsize=8192)
 def _collectives(
-    m: ModelSpec, s: int, b: int, t: int, c: int, e: int, recompute: str, sp: bool, regather: bool, linear_cp: bool
+    m: ModelSpec,
+    s: int,
+    b: int,
+    t: int,
+    c: int,
+    e: int,
+    recompute: str,
+    sp: bool,
+    regather: bool,
+    linear_cp: bool,
+    kv_gather: bool = False,
 ) -> tuple[tuple[str, tuple[Collective, ...]], ...]:
     """TP's, CP's and EP's collectives per unit and micro-batch (built once per what they read: a search asks the
     same lists for every ZeRO stage, DP size and virtual stage count). ``cp_linear``: CP's all-to-alls per Gated
-    DeltaNet layer, where the ledger's engine runs them (``Accounting.linear_attention_cp``)."""
+    DeltaNet layer, where the ledger's engine runs them (``Accounting.linear_attention_cp``); ``tp_qkv``: the qkv
+    output's all-gather and its gradient's reduce-scatter per softmax-attention layer when TP exceeds the KV heads
+    and the ledger's engine runs that path (``Accounting.kv_gather``, ``tp.qkv_gather_collectives``)."""
+    attn = next((L for L in m.layers if L.mixer == "attention"), None) if kv_gather else None
+    tp_qkv: tuple[Collective, ...] = ()
+    if attn is not None and t > (attn.num_kv_heads or attn.num_heads):
+        a, kv, d = attn.num_heads, attn.num_kv_heads or attn.num_heads, attn.head_dim
+        width = a * d + kv * d + kv * (attn.v_head_dim or d) + (a * d if attn.output_gate else 0)
+        tp_qkv = qkv_gather_collectives(s // c, b, width, t, recompute=recompute)
     linear = next((L for L in m.layers if L.mixer == "linear_attention"), None) if linear_cp and c > 1 else None
     cp_linear: tuple[Collective, ...] = ()
     if linear is not None:
@@ -546,6 +564,7 @@ def _collectives(
         cp_linear = linear_attention_cp_collectives(s, b, widths[0], widths[1], c, recompute=recompute)
     return (
         ("cp_linear", cp_linear),
+        ("tp_qkv", tp_qkv),
         ("tp", tp_collectives(s // c, b, m.hidden_size, t, recompute=recompute, regather=regather) if t > 1 else ()),
         (
             "cp",
@@ -602,9 +621,11 @@ def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInpu
             plan.sequence_parallel,
             acc.tp_backward_regather and plan.sequence_parallel,
             acc.linear_attention_cp,
+            acc.kv_gather,
         )
     )
     comm["tp"] = ledger_bytes(collectives["tp"]) * st.num_layers * mb
+    comm["tp"] += ledger_bytes(collectives["tp_qkv"]) * st.full_attention_layers * mb
     comm["pp"] = pp_bytes_per_step(s // c, b, h, p, mb, v)
     if acc.pp_send_divided(plan.sequence_parallel):
         comm["pp"] /= t

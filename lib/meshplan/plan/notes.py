@@ -23,7 +23,14 @@ def report_notes(plan: Plan, comm: Mapping[str, float]) -> tuple[str, ...]:
     m, d = plan.model, plan.dims
     t, c, s = d.tp, d.cp, plan.seq
     notes: list[str] = []
-    if t > m.num_key_value_heads:
+    if t > m.num_key_value_heads and plan.accounting.kv_gather:
+        notes.append(
+            f"tp={t} > {m.num_key_value_heads} KV heads: Megatron-Core splits the qkv weights evenly and all-gathers "
+            "the qkv output over TP in every attention layer (its gradient reduce-scattered in backward), priced in "
+            f"the bytes and the step time; each GPU keeps one KV head's K and V (each head on "
+            f"{t // m.num_key_value_heads} GPUs)"
+        )
+    elif t > m.num_key_value_heads:
         notes.append(
             f"tp={t} > {m.num_key_value_heads} KV heads: each KV head is replicated on "
             f"{t // m.num_key_value_heads} GPUs (the extra k/v weights are not counted)"

@@ -10,7 +10,8 @@ The course keeps two kinds of ledger.
   ``data/engines/`` (Megatron-LM: its choices re-verified at core_v0.19.0 in ``conventions.json``, the cited lines
   below still at 000c4ac, where the code they cite is unchanged but for two choices: Megatron-FSDP's main gradients,
   bf16 by default at core_v0.19.0, which the export sets to the fp32 this ledger counts, and TP beyond the KV heads,
-  which core_v0.19.0 runs by all-gathering the qkv output over TP and this ledger still refuses, as 000c4ac did;
+  which core_v0.19.0 runs by all-gathering the qkv output over TP and this ledger prices (``kv_gather``; 000c4ac
+  refused it);
   PyTorch 2.13.0's FSDP2 as torchtitan 6404b93 configures it; DeepSpeed v0.19.5, re-checked against the 0.19.8
   release, whose buffers the DeepSpeed export configures and ``plan.evaluation.DEEPSPEED_BUCKET_BYTES`` counts).
   Each choice that differs from the lab's names the engine's file and lines; the full evidence (quotes, notes) is
@@ -197,6 +198,9 @@ class Accounting:
         sharding_stage: ZeRO stage → the stage whose terms it shards (``zero.STAGE_SHARDS``), where the engine
             shards more than the ZeRO paper's stage: FSDP2 without resharding after forward (the plan's ZeRO-2) still
             shards its fp32 parameters, as at ZeRO-3, and holds the bf16 copy unsharded beside them.
+        kv_gather: TP may be a multiple of the KV heads, run as Megatron-Core runs it: the qkv weights split evenly,
+            the qkv output all-gathered over TP in every attention layer and its gradient reduce-scattered
+            (``tp.qkv_gather_collectives``, priced), each rank holding one KV head's K and V.
         tied_pp_refused: why the engine refuses a head tied to the embedding with pipeline parallelism ("" when it
             keeps a copy of the embedding on the last stage instead, ``stages``).
         sources: choice → where it comes from.
@@ -216,6 +220,7 @@ class Accounting:
     activations: str = "korthikanti"
     kv_replication: bool = True
     sharding_stage: Mapping[int, int] = field(default_factory=dict)
+    kv_gather: bool = False
     tied_pp_refused: str = ""
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -296,8 +301,8 @@ _KV_SOURCE = (
     "divide(num_query_groups, world_size)) and megatron/core/utils.py#L468-L477 (ensure_divisibility "
     "asserts): the KV heads must divide among the TP ranks (core_v0.19.0 also runs TP a multiple of them, "
     "transformer_config.py#L1338-L1345 at 5be9626: the qkv weights stay split evenly, the qkv output is all-gathered "
-    "over TP in every layer and each rank slices out one KV head, attention.py#L353-L367 and #L1839-L1860; that "
-    "all-gather is not priced here, so the ledger still refuses it)"
+    "over TP in every layer and each rank slices out one KV head, attention.py#L353-L367 and #L1839-L1860; the "
+    "megatron ledger prices that path, Accounting.kv_gather)"
 )
 
 LAB = Accounting(
@@ -336,7 +341,11 @@ MEGATRON = Accounting(
     linear_attention_cp=True,
     activations="engine",
     kv_replication=False,
+    kv_gather=True,
     sources={
+        "kv_gather": "NVIDIA/Megatron-LM at core_v0.19.0 (5be9626): megatron/core/transformer/attention.py#L1839-L1860 "
+        "(all_gather_last_dim_from_tensor_parallel_region of the qkv output when num_query_groups < TP) and "
+        "transformer_config.py#L1338-L1345 (num_query_groups a multiple or a divisor of the TP size)",
         "bytes_per_param": _MEGATRON + "megatron/training/theoretical_memory_usage.py#L179-L181: 18 B/param, "
         "6 + 12/d with the distributed optimizer (fp32 main grads: arguments.py#L736-L748)",
         "sync": _MEGATRON + "distributed_data_parallel.py#L168 (fp32 grad_dtype), param_and_grad_buffer.py#L396-L414 "

@@ -467,6 +467,10 @@ def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Cal
             tp_s = add_up(x.count * seconds(x, link) for x in coll) * n
             if ex.tp_overlap == "full":
                 tp_s = max(0.0, tp_s - gemm)
+        # TP beyond the KV heads: the qkv output's gather and its gradient's reduce-scatter, each attention layer
+        # (nothing hides them: evaluation._collectives' "tp_qkv")
+        qkv = report.collectives.get("tp_qkv", ())
+        tp_s += add_up(x.count * seconds(x, link) for x in qkv) * st.full_attention_layers
 
     # ---- CP: the K/V ring of the full-attention layers (every pass of the report's list), each pass under the
     # attention of the chunk in hand when the engine overlaps it
