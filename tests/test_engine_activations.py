@@ -166,15 +166,17 @@ def test_tensor_parallel_divides_width_terms_always_and_sequence_terms_with_sp()
     h, s, b = 8192, 4096, 1
     one = ea.layer_breakdown(LLAMA_70B, h, s, b, family="llama")
     split = {t.name: t.split for t in ea.layer_terms(LLAMA_70B, h, s, b, family="llama")}
-    for sp in (True, False):
-        eight = ea.layer_breakdown(LLAMA_70B, h, s, b, family="llama", tp=8, sp=sp)
-        for name, nbytes in one.items():
-            divisor = 8 if split[name] == "width" or (split[name] == "seq" and sp) else 1
-            assert eight[name] == nbytes / divisor, name
+    kv = LLAMA_70B.num_kv_heads
+    for tp in (8, 16):
+        for sp in (True, False):
+            many = ea.layer_breakdown(LLAMA_70B, h, s, b, family="llama", tp=tp, sp=sp)
+            for name, nbytes in one.items():
+                # k and v are split by KV head: beyond the KV heads each rank holds one (Megatron-Core's rule)
+                divisor = {"width": tp, "seq": tp if sp else 1, "kv": min(tp, kv)}.get(split[name], 1)
+                assert many[name] == nbytes / divisor, (tp, sp, name)
     assert ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", tp=8) == sum(one.values()) / 8
     assert split["sdpa: q (after rotary)"] == "width" and split["input_layernorm: input upcast to fp32"] == "seq"
-    with pytest.raises(ValueError, match="tp=16 does not divide 8 KV heads"):
-        ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", tp=16)
+    assert {name for name, what in split.items() if what == "kv"} >= {"sdpa: k", "sdpa: v"}
     with pytest.raises(ValueError, match="tp=3 does not divide 64 attention heads"):
         ea.layer_bytes(LLAMA_70B, h, s, b, family="llama", tp=3)
 
