@@ -42,7 +42,7 @@ def _subschemas(node, path=()):
 
 def test_every_schema_has_its_files():
     assert sorted(FILES) == SCHEMAS
-    assert len(FILES["hardware"]) == 6
+    assert len(FILES["hardware"]) == 7
 
 
 @pytest.mark.parametrize("name", SCHEMAS)

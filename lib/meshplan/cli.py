@@ -154,7 +154,13 @@ def _machine_options(p: argparse.ArgumentParser) -> None:
         "--gpus-per-node",
         type=_int("gpus-per-node", MAX_GPUS),
         default=None,
-        help="override the preset's GPUs per node",
+        help="override the preset's GPUs per node (its NVLink domain: 72 on a GB200 NVL72 rack)",
+    )
+    p.add_argument(
+        "--gpus-per-host",
+        type=_int("gpus-per-host", MAX_GPUS),
+        default=None,
+        help="override the preset's GPUs per host, the launch command's processes per host (default: the node)",
     )
     p.add_argument(
         "--gpu-memory-gb",
@@ -270,6 +276,7 @@ def plan_from_args(args: argparse.Namespace, ledger: str | None = None) -> Plan:
         order=args.order,
         hardware=args.hardware,
         gpus_per_node=args.gpus_per_node,
+        gpus_per_host=args.gpus_per_host,
         gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
         sp=False if args.no_sp else None,
         stage_balance=args.stage_balance or get_accounting(ledger or accounting).stage_balance,
@@ -303,6 +310,7 @@ def _search(args) -> int:
         args.global_batch,
         hardware=args.hardware,
         gpus_per_node=args.gpus_per_node,
+        gpus_per_host=args.gpus_per_host,
         gpu_memory_bytes=None if args.gpu_memory_gb is None else args.gpu_memory_gb * GB,
         order=args.order,
         accounting=args.accounting,

@@ -77,7 +77,7 @@ from meshplan.export_deepspeed import deepspeed_config
 from meshplan.parallel.engine_activations import op_projections, spec_implementation
 from meshplan.plan import Plan, evaluate
 from meshplan.spec.dims import MEGATRON_ORDER, parse_order
-from meshplan.spec.mesh import partial_node
+from meshplan.spec.mesh import launch_hosts
 from meshplan.spec.model import ModelSpec
 
 ENGINES_DIR = DATA_DIR / "engines"
@@ -309,8 +309,7 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
             f"order={plan.order!r}: Megatron-LM ranks are tp-cp-ep-dp-pp (default) or tp-cp-ep-pp-dp "
             "(--use-tp-pp-dp-mapping)"
         )
-    nodes = max(1, plan.gpus // plan.gpus_per_node)
-    per_node = min(plan.gpus, plan.gpus_per_node)
+    nodes, per_node = launch_hosts(plan.gpus, plan.gpus_per_host, plan.gpus_per_node)
     run = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}"]
     if nodes > 1:
         run += ["--rdzv_id=$JOB_ID", "--rdzv_backend=c10d", f"--rdzv_endpoint={master}"]
@@ -630,13 +629,7 @@ def export_text(plan: Plan, fmt: str, ledger: str | None = None) -> str:
     by the price
     of what the engine runs (``engine_plan``) in ``ledger`` (default: the plan's own; the command line prices a
     Megatron-LM export in the ``megatron`` ledger and a torchtitan one in ``fsdp2``, ``ENGINE_LEDGER``)."""
-    rest = partial_node(plan.gpus, plan.gpus_per_node)
-    if rest:  # torchrun starts the same number of processes on every host: a layout only the scheduler knows
-        raise ValueError(
-            f"gpus={plan.gpus} fill {plan.gpus // plan.gpus_per_node} node(s) of {plan.gpus_per_node} and {rest} GPUs "
-            "of another: the engines' launchers start the same number of processes on every host, so export a "
-            "plan on whole nodes (or launch this one with your scheduler's host list)"
-        )
+    launch_hosts(plan.gpus, plan.gpus_per_host, plan.gpus_per_node)  # equal processes on every host
     priced = engine_plan(plan, fmt, ledger)
     if fmt == "megatron":
         return f"# {price_note(priced)}\n" + megatron(plan).command()

@@ -57,6 +57,7 @@ from meshplan.core.resources import DATA_DIR
 from meshplan.core.units import fmt_gb
 from meshplan.plan import Plan
 from meshplan.plan.evaluation import DEEPSPEED_BUCKET_BYTES, DEEPSPEED_Z3_REDUCE_BYTES
+from meshplan.spec.mesh import launch_hosts
 
 DEEPSPEED_VERSION = "0.19.8"
 # The ledger's assumptions, in elements (DeepSpeed's defaults at v0.19.8, deepspeed/runtime/zero/config.py)
@@ -223,9 +224,10 @@ def deepspeed_config(plan: Plan) -> tuple[dict, tuple[str, ...]]:
         "data_types": {"grad_accum_dtype": "bf16"},
         "zero_optimization": _zero_section(plan.zero),
     }
-    nodes = -(-plan.gpus // plan.gpus_per_node)
+    nodes, per_host = launch_hosts(plan.gpus, plan.gpus_per_host, plan.gpus_per_node)
     notes = [
-        f"launch {plan.gpus} processes, one per GPU ({nodes} node(s) of {plan.gpus_per_node}): DeepSpeed takes the "
+        f"launch {plan.gpus} processes, one per GPU ({nodes} host(s) of {per_host}: slots={per_host} in DeepSpeed's "
+        "hostfile): DeepSpeed takes the "
         "data-parallel size from the torch.distributed world size and asserts train_batch_size = "
         f"{plan.micro_batch_size} × {plan.micro_batches} × {plan.dp} (deepspeed/runtime/config.py L457-L471, "
         "L602-L605); seq_len "

@@ -638,6 +638,7 @@ def search(
     band: float | None = None,
     stage_balance: str | None = None,
     precision: str = "bf16",
+    gpus_per_host: int | None = None,
     _prune: bool = True,
 ) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
@@ -663,7 +664,7 @@ def search(
     check_count("max_cp", max_cp, MAX_GPUS)
     check_non_negative_int("min_seq_per_cp_rank", min_seq_per_cp_rank)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node)
+    hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node, gpus_per_host)
     acc = get_accounting(accounting)
     ex = execution_for(acc.name) if execution is None else execution
     if not isinstance(ex, Execution):

@@ -238,6 +238,7 @@ class Plan:
         gpus_per_node: int | None = None,
         gpu_memory_bytes: float | None = None,
         accounting: Accounting | str = "lab",
+        gpus_per_host: int | None = None,
         bytes_per_param: BytesPerParam | None = None,
         zero: int = 0,
         recompute: str = "none",
@@ -256,7 +257,8 @@ class Plan:
         ``dp`` defaults to gpus ÷ (tp × cp × pp). ``micro_batches`` defaults to 8, or to B ÷ (dp × b) when
         ``global_batch`` (B sequences per step) is given (``Workload.for_global_batch``; PlanError when it does not
         divide, or when both are given and disagree). ``hardware``: a ``Hardware``, a preset name or None (the lab
-        page's machine); ``gpus_per_node`` and ``gpu_memory_bytes`` override it. ``uneven_stages``: when pp does not
+        page's machine); ``gpus_per_node`` (the NVLink domain), ``gpus_per_host`` (the launchers' host) and
+        ``gpu_memory_bytes`` override it. ``uneven_stages``: when pp does not
         divide the layers, spread them ends-lighter (``stages.spread_layers``) instead of refusing.
         """
         spec = load_model(model)
@@ -273,7 +275,7 @@ class Plan:
                     "micro_batches",
                 )
         hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-        hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node)
+        hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node, gpus_per_host)
         acc = get_accounting(accounting)
         if bytes_per_param is not None:
             acc = acc.with_bytes_per_param(bytes_per_param)
@@ -333,9 +335,9 @@ class Plan:
         kw = self.settings()
         if "gpus" in changes and "dp" not in changes:
             kw["dp"] = None
-        for k in ("gpus_per_node", "gpu_memory_bytes"):
+        for k in ("gpus_per_node", "gpus_per_host", "gpu_memory_bytes"):
             if k in changes:
-                kw["hardware"] = self.hardware.with_overrides(**{k: changes.pop(k)})
+                kw["hardware"] = kw["hardware"].with_overrides(**{k: changes.pop(k)})
         if "bytes_per_param" in changes:
             kw["accounting"] = self.accounting.with_bytes_per_param(changes.pop("bytes_per_param"))
         unknown = set(changes) - set(kw) - {"global_batch", "uneven_stages"}
@@ -544,8 +546,13 @@ class Plan:
 
     @property
     def gpus_per_node(self) -> int:
-        """GPUs per node of the machine."""
+        """GPUs per node of the machine: its NVLink domain."""
         return self.hardware.gpus_per_node
+
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs per host, the launchers' unit (``Hardware.host_gpus``: the NVLink domain unless the machine says)."""
+        return self.hardware.host_gpus
 
     @property
     def gpu_memory_bytes(self) -> float:

@@ -132,7 +132,9 @@ def format_report(report: Report) -> str:
     hw = p.hardware
     lines = [
         f"{p.model.name}: {p.model.params.total:,} parameters on {p.gpus:,} GPUs ({hw.name}: "
-        f"{fmt_gb(hw.gpu_memory_bytes, 0)}, {hw.gpus_per_node} per node)",
+        f"{fmt_gb(hw.gpu_memory_bytes, 0)}, {hw.gpus_per_node} per node"
+        + ("" if hw.host_gpus == hw.gpus_per_node else f" (NVLink domain), {hw.host_gpus} per host")
+        + ")",
         f"mesh {mesh}, order {p.order}; ZeRO-{p.zero}, recompute {p.recompute}, s = {p.seq:,}, "
         f"b = {p.micro_batch_size}, m = {p.micro_batches}, v = {p.virtual_stages} "
         f"(global batch {p.global_batch:,} sequences, {p.tokens_per_step:,} tokens); accounting {p.accounting.name}"

@@ -42,6 +42,7 @@ OPTIONAL = (
     "device_total_bytes",
     "fb_total_bytes",
 )
+COUNTS = ("gpus_per_host",)  # optional counts (``gpus_per_node`` is required)
 MAX_MEMORY_BYTES = 1e15  # 1 PB per GPU: beyond any device, and far from float overflow
 MAX_FILE_BYTES = 2**20  # a hardware file is a few kB; anything this large is not one (checked before reading it)
 MAX_RATE = 1e21  # bytes or FLOP per second
@@ -65,9 +66,13 @@ class Hardware:
     where the GPU has none. ``device_total_bytes`` is what CUDA exposes to the
     process (``torch.cuda.mem_get_info()[1]``, the "total capacity" of PyTorch's out-of-memory message), the bound the
     peak-memory verdict uses; ``fb_total_bytes`` what nvidia-smi reports (the driver reserves the difference).
-    ``gpu_memory_bytes`` stays the datasheet's round figure, the lab page's convention. ``calibration`` holds the
-    step-time model's constants fitted to this machine's own runs (``meshplan calibrate`` writes them as the file's
-    ``step_time_calibration``), used instead of the stored fit; empty for the presets. Validated on construction."""
+    ``gpu_memory_bytes`` stays the datasheet's round figure, the lab page's convention. ``gpus_per_node`` is the
+    NVLink domain (groups inside it use NVLink, groups across domains InfiniBand); ``gpus_per_host`` the GPUs one host
+    (one operating system, one ``torchrun`` agent) drives, which the launch commands use: None when a host is the
+    whole domain (HGX/DGX nodes of 8), 4 on a GB200 NVL72 rack of 72. It divides ``gpus_per_node``. ``calibration``
+    holds the step-time model's constants fitted to this machine's own runs (``meshplan calibrate`` writes them as
+    the file's ``step_time_calibration``), used instead of the stored fit; empty for the presets. Validated on
+    construction."""
 
     name: str = DEFAULT_HARDWARE
     gpu_memory_bytes: float = 80e9
@@ -81,6 +86,7 @@ class Hardware:
     hbm_bytes_per_s: float | None = None
     device_total_bytes: float | None = None
     fb_total_bytes: float | None = None
+    gpus_per_host: int | None = None
     label: str = ""
     sources: tuple[tuple[str, str], ...] = ()
     calibration: tuple[tuple[str, float], ...] = ()
@@ -93,6 +99,15 @@ class Hardware:
             raise ValueError(f"gpus_per_node={self.gpus_per_node!r} must be a positive integer")
         if self.gpus_per_node > 1 << 20:
             raise ValueError(f"gpus_per_node={self.gpus_per_node:,} is more than 1,048,576")
+        host = self.gpus_per_host
+        if host is not None:
+            if isinstance(host, bool) or not isinstance(host, int) or host < 1:
+                raise ValueError(f"gpus_per_host={host!r} must be a positive integer")
+            if self.gpus_per_node % host:
+                raise ValueError(
+                    f"gpus_per_host={host} does not divide gpus_per_node={self.gpus_per_node}: a host's GPUs lie in "
+                    "one NVLink domain"
+                )
         for k in ("nvlink_bytes_per_s", "infiniband_bytes_per_s"):
             _positive(k, getattr(self, k), MAX_RATE)
         for k in OPTIONAL:
@@ -113,13 +128,26 @@ class Hardware:
             return self.infiniband_bytes_per_s
         raise ValueError(f"link={link!r} must be 'nvlink' or 'infiniband'")
 
-    def with_overrides(self, gpu_memory_bytes: float | None = None, gpus_per_node: int | None = None) -> Hardware:
-        """This machine with another GPU memory or node size (validated); unchanged when both are None."""
+    @property
+    def host_gpus(self) -> int:
+        """The GPUs of one host, as the launchers count them (``gpus_per_host``, else the whole NVLink domain)."""
+        return self.gpus_per_node if self.gpus_per_host is None else self.gpus_per_host
+
+    def with_overrides(
+        self, gpu_memory_bytes: float | None = None, gpus_per_node: int | None = None, gpus_per_host: int | None = None
+    ) -> Hardware:
+        """This machine with another GPU memory, NVLink-domain size or host size (validated); unchanged when all are
+        None. A new domain size that the preset's host size does not divide takes hosts of the whole domain (an
+        8-GPU domain given to a GB200 preset is read as HGX-like nodes), unless ``gpus_per_host`` is given too."""
         changes: dict = {}
         if gpu_memory_bytes is not None:
             changes["gpu_memory_bytes"] = gpu_memory_bytes
         if gpus_per_node is not None:
             changes["gpus_per_node"] = gpus_per_node
+            if gpus_per_host is None and self.gpus_per_host is not None and gpus_per_node % self.gpus_per_host:
+                changes["gpus_per_host"] = None
+        if gpus_per_host is not None:
+            changes["gpus_per_host"] = gpus_per_host
         return replace(self, **changes) if changes else self
 
     def source(self, key: str) -> str:
@@ -151,8 +179,8 @@ def _read(path: Path, shipped: bool = False) -> Hardware:
     if not shipped:
         check(raw, "hardware", where)
     try:
-        present = [k for k in (*REQUIRED, *OPTIONAL) if raw.get(k) is not None]
-        values: dict[str, Any] = {k: raw[k]["value"] if k in present else None for k in (*REQUIRED, *OPTIONAL)}
+        present = [k for k in (*REQUIRED, *OPTIONAL, *COUNTS) if raw.get(k) is not None]
+        values: dict[str, Any] = {k: raw[k]["value"] if k in present else None for k in (*REQUIRED, *OPTIONAL, *COUNTS)}
         fitted = raw.get("step_time_calibration") or {}
         return Hardware(
             name=raw.get("name", path.stem),

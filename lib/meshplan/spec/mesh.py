@@ -76,6 +76,33 @@ def partial_node(gpus: int, gpus_per_node: int) -> int:
     return gpus % gpus_per_node if gpus > gpus_per_node else 0
 
 
+def launch_hosts(gpus: int, gpus_per_host: int, gpus_per_node: int | None = None) -> tuple[int, int]:
+    """(hosts, processes per host) of a launch of ``gpus`` processes on hosts of ``gpus_per_host`` GPUs: ``torchrun
+    --nnodes --nproc_per_node``, DeepSpeed's hostfile slots. A host is what one operating system and one launcher
+    agent drive (``Hardware.host_gpus``): the whole NVLink domain of an HGX/DGX node, 4 of a GB200 NVL72 rack's 72,
+    so a job may fill part of a rack as long as it fills whole hosts. ValueError naming ``gpus_per_host`` when it does
+    not: the launchers start the same number of processes on every host, a layout only the scheduler knows.
+
+        >>> launch_hosts(144, 4, 72), launch_hosts(100, 4, 72), launch_hosts(4, 8)
+        ((36, 4), (25, 4), (1, 4))
+        >>> launch_hosts(102, 4, 72)
+        Traceback (most recent call last):
+        ...
+        ValueError: gpus=102 fill 25 host(s) of 4 and 2 GPUs of another: the engines' launchers start the same number \
+of processes on every host, so export a plan on whole hosts (set --gpus-per-host to the GPUs one host drives, or \
+launch this one with your scheduler's host list)
+    """
+    rest = partial_node(gpus, gpus_per_host)
+    if rest:
+        what = "node(s)" if gpus_per_node in (None, gpus_per_host) else "host(s)"
+        raise ValueError(
+            f"gpus={gpus} fill {gpus // gpus_per_host} {what} of {gpus_per_host} and {rest} GPUs of another: the "
+            "engines' launchers start the same number of processes on every host, so export a plan on whole hosts "
+            "(set --gpus-per-host to the GPUs one host drives, or launch this one with your scheduler's host list)"
+        )
+    return max(1, gpus // gpus_per_host), min(gpus, gpus_per_host)
+
+
 @dataclass(frozen=True)
 class Mesh:
     """A 4-axis device mesh: the ``ParallelDims`` of ``sizes`` (tp, cp, pp, dp), ``order``, ``ep`` and ``etp``
