@@ -399,6 +399,14 @@ def test_tie_band_is_the_median_ratio_error(rows):
     assert len(errs) == 11
     band = fit_data()["tie_band"]["value"]
     assert band == C.tie_band(rows) == math.ceil(100 * sorted(errs)[5]) / 100 == 0.03
+    # the plan checker's search line: the largest of the same errors (Llama 3 405B at 8K and 128K on 16,384 GPUs)
+    from meshplan.search import ratio_uncertainty
+
+    assert ratio_uncertainty() == fit_data()["tie_band"]["worst"] == C.ratio_uncertainty(rows) == 0.10
+    assert max(errs) == pytest.approx(0.0951, abs=1e-4)
+    # the stored validation figures are the stored constants' (fit_record, which the fit script writes)
+    record = C.fit_record(C.Calibration(**{k: v["value"] for k, v in fit_data()["constants"].items()}), rows)
+    assert (record["tie_band"], record["validation"]) == (fit_data()["tie_band"], fit_data()["validation"])
 
 
 @pytest.mark.parametrize("rate", ["hbm_bytes_per_s", "peak_bf16_flop_per_s", "nvlink_bytes_per_s"])

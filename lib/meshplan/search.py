@@ -124,6 +124,7 @@ __all__ = [
     "search",
     "stage_balance_for",
     "step_time",
+    "ratio_uncertainty",
     "tie_band",
     "tied_ranks",
 ]
@@ -132,6 +133,12 @@ __all__ = [
 def tie_band() -> float:
     """The stored tie band (a fraction): the step-time model's median error on the ratio of two published runs."""
     return fit_data()["tie_band"]["value"]
+
+
+def ratio_uncertainty() -> float:
+    """The stored uncertainty of the step-time model on the ratio of two plans' step times (a fraction): its largest
+    error on the ratio of two held-out published runs of one model on one machine (``fitting.ratio_uncertainty``)."""
+    return fit_data()["tie_band"]["worst"]
 
 
 def tied_ranks(times: list[float], band: float) -> list[int]:

@@ -17,7 +17,9 @@ reason with its numbers (GB = 10⁹ B).
   2021 Table 1, each tuned for throughput, idle 3.6–12.3 % (``narayanan_bubbles``).
 * **global batch** (``batch_line``): dp × b × m = B, with dp = GPUs ÷ (tp × cp × pp).
 * **the search** (``search_line``): the plan's rank among the plans ``search.search`` keeps, with ties (plans
-  within the model's tie band share a rank), against the fastest; passes within the top ``TOP_RANK`` (10).
+  within the model's tie band share a rank), and its step time against the fastest; passes when it is within the
+  model's uncertainty of the fastest (``search.ratio_uncertainty``, 10 %: its largest error on the step-time ratio of
+  two held-out published runs of one model on one machine), whatever its rank.
 
 ``check_plan(plan, global_batch, result)`` runs every line on one plan; ``plan_checklist(...)`` builds the
 chapter's ``widgets.Checklist``, whose every line reads only the controls it needs (small tables, a light page);
@@ -47,7 +49,7 @@ from meshplan.parallel.pp import bubble_fraction
 from meshplan.plan import TRAFFIC, Plan, Workload, evaluate
 from meshplan.plan.evaluation import memory_reason, peak_reason
 from meshplan.plan.reporting import TRAFFIC_LABELS, link_name
-from meshplan.search import SearchResult, search, settings_key, tied_ranks
+from meshplan.search import SearchResult, ratio_uncertainty, search, settings_key, tied_ranks
 from meshplan.spec.accounting import get_accounting
 from meshplan.spec.dims import ParallelDims
 from meshplan.spec.hardware import Hardware, load_hardware
@@ -58,7 +60,6 @@ from meshplan.steptime.fitting import FIT_SET, published_runs, run_plan
 from meshplan.widgets.exercise import Check, Checklist, Line
 
 BUBBLE_THRESHOLD = 0.10  # (p−1)/(m·v) of the ideal compute time; see the module docstring
-TOP_RANK = 10  # the search line passes when the plan's tied rank is at most this
 EXPOSED_SHARE = 0.01  # CP's ring fails the links line when what outlasts the attention is ≥ 1 % of the step
 BLOCKING = ("tp", "ep")  # collectives inside every layer that nothing overlaps by default (steptime.Execution)
 NAMES = {
@@ -73,7 +74,6 @@ NAMES = {
 __all__ = [
     "BUBBLE_THRESHOLD",
     "NAMES",
-    "TOP_RANK",
     "Placement",
     "batch_line",
     "bubble_line",
@@ -237,9 +237,13 @@ def placement(plan: Plan, result: SearchResult) -> Placement:
     return Placement(t, pos + 1, ranks[pos], False, why)
 
 
-def search_line(plan: Plan, result: SearchResult, top: int = TOP_RANK) -> Line:
-    """The plan's tied rank among the search's kept plans, against the fastest; passes within the top ``top``."""
+def search_line(plan: Plan, result: SearchResult, uncertainty: float | None = None) -> Line:
+    """The plan's place among the search's kept plans (its rank, ties sharing one) and its step time against the
+    fastest; passes when it is within ``uncertainty`` of the fastest (default: ``search.ratio_uncertainty``, the
+    model's largest error on the step-time ratio of two held-out published runs of one model on one machine): a
+    plan the model cannot tell apart from the best is a sound choice, whatever its rank."""
     name = NAMES["search"]
+    u = ratio_uncertainty() if uncertainty is None else uncertainty
     try:
         where = placement(plan, result)
     except ValueError as exc:
@@ -248,11 +252,19 @@ def search_line(plan: Plan, result: SearchResult, top: int = TOP_RANK) -> Line:
     tie = f" (tied with {where.tied_rank})" if where.tied_rank < where.rank else ""
     n = len(result.ranked)
     of = f"of {fmt_int(n)}" if where.kept else f"of {fmt_int(n + 1)} with the {fmt_int(n)} kept plans"
-    head = f"{'rank' if where.kept else 'would rank'} {where.rank}{tie} {of}, {where.step_s:.2f} s per step; " + (
-        "the fastest" if where.rank == 1 else f"the fastest {best:.2f} s"
-    )
+    over = where.step_s / best - 1
+    ok = over <= u
+    if over <= 0:
+        against = "the fastest"
+    else:
+        within = "within" if ok else "beyond"
+        against = (
+            f"{fmt_pct(over, 1)} slower than the fastest {best:.2f} s, {within} the model's {fmt_pct(u, 0)} "
+            "uncertainty"
+        )
+    head = f"{'rank' if where.kept else 'would rank'} {where.rank}{tie} {of}, {where.step_s:.2f} s per step; {against}"
     skipped = "" if where.kept else f" (the search skips it: {where.why})"
-    return Line(name, where.tied_rank <= top, head + skipped)
+    return Line(name, ok, head + skipped)
 
 
 def check_plan(plan: Plan, global_batch: int, result: SearchResult | None = None) -> list[Line]:

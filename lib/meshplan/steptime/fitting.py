@@ -473,6 +473,12 @@ def tie_band(rows: Sequence[Row]) -> float:
     return math.ceil(100 * statistics.median(ratio_errors(rows))) / 100
 
 
+def ratio_uncertainty(rows: Sequence[Row]) -> float:
+    """The model's uncertainty on the ratio of two plans' step times: the largest of ``ratio_errors``, rounded up to
+    a whole percent (the plan checker's search line: a plan within it of the fastest is not told apart from it)."""
+    return math.ceil(100 * max(ratio_errors(rows))) / 100
+
+
 MEANINGS = {
     "matmul_efficiency": "achieved fraction of the dense bf16 peak in the GEMMs (and attention without a documented "
     "FlashAttention figure)",
@@ -508,5 +514,9 @@ def fit_record(cal: Calibration, rows: Sequence[Row]) -> dict:
             "source": "median over held-out pairs of runs of one model on one machine of |predicted step-time "
             "ratio / published ratio - 1|, rounded up to a whole percent "
             f"({len(ratio_errors(rows))} pairs)",
+            "worst": ratio_uncertainty(rows),
+            "worst_source": "largest over the same held-out pairs of |predicted step-time ratio / published ratio - "
+            f"1|, rounded up to a whole percent ({len(ratio_errors(rows))} pairs): two plans whose predicted step "
+            "times differ by less are not told apart by the model",
         },
     }
