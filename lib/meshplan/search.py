@@ -121,10 +121,10 @@ __all__ = [
     "format_search",
     "mfu",
     "model_flop_per_step",
+    "ratio_uncertainty",
     "search",
     "stage_balance_for",
     "step_time",
-    "ratio_uncertainty",
     "tie_band",
     "tied_ranks",
 ]
