@@ -548,9 +548,13 @@ def test_figures_enlarge_on_click(chromium, width):
         natural = big.evaluate("img => img.naturalWidth")
         assert big.get_attribute("src").split("/")[-1] == figure.get_attribute("src").split("/")[-1]
         fitted = big.bounding_box()["width"]
-        assert fitted >= min(small, natural) - 1 and fitted <= width, (small, fitted, natural)
+        assert fitted <= width, (small, fitted, natural)
         if width == PHONE:
-            assert fitted > small, "on a phone the enlarged figure must be larger than in the text"
+            # on a phone the text shows the figure at its own size, scrolling sideways (test_browser_figures.py);
+            # the dialog first shows all of it at once, then its own size
+            assert abs(small - natural) <= 1 and fitted < small, (small, fitted, natural)
+        else:
+            assert fitted >= min(small, natural) - 1, (small, fitted, natural)
         big.click()  # actual size
         assert abs(big.bounding_box()["width"] - natural) <= 1
         page.keyboard.press("Escape")

@@ -5,7 +5,8 @@
  *     narrow screens and is left to the theme there); the choice is kept across pages and open tabs.
  *  2. Wide tables and display equations scroll inside a frame that shows, by a shadow at each edge, that there is
  *     more to see; a table that scrolls keeps its first column in place and says so above it.
- *  3. Figures open enlarged on click or Enter; in the enlarged view a click toggles actual size.
+ *  3. Figures open enlarged on click or Enter; in the enlarged view a click toggles actual size. On a narrow screen
+ *     a figure keeps its own size (its text as on the desktop, at least 11 px) and scrolls sideways in a frame.
  *  4. Search under file://: result snippets are turned off (they fetch each page, which browsers refuse for local
  *     files), and the search page says so.
  *
@@ -208,6 +209,11 @@
       img.setAttribute("role", "button");
       img.setAttribute("aria-label", `Enlarge figure${img.alt ? `: ${img.alt}` : ""}`);
       img.addEventListener("click", () => openLightbox(img));
+      // a frame to scroll it in where it keeps its own size (site.css: narrow screens); a figure that fits has no cue
+      if (!img.closest(".site-scroll")) {
+        frame(img, "site-figure", "Scroll sideways for the whole figure \u2192",
+          img.alt ? `Figure, scrolls sideways: ${img.alt}` : "Figure, scrolls sideways");
+      }
       img.addEventListener("keydown", (event) => {
         if (event.key === "Enter" || event.key === " ") {
           event.preventDefault();
