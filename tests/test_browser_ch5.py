@@ -97,6 +97,42 @@ def test_chapter5_explorer_draws_the_schedules_to_one_scale(viewport):
         assert tl.locator('input.mp-slider[data-name="v"]').is_disabled()
 
 
+@VIEWPORTS
+def test_chapter5_explorer_scrolls_on_a_phone_with_a_cue_and_pinned_gpu_labels(viewport):
+    """Issue 28: at 390 px the explorer hid the right 40 % of every schedule with no sign that it scrolls. Wider than
+    its box, it now says so above the timelines, is a named keyboard stop (arrow keys scroll it), and keeps each
+    timeline's GPU labels at its left edge while it scrolls; where the timelines fit there is neither."""
+    with site_page(PAGE, viewport=viewport) as page:
+        tl = page.locator("#mp-tl-ch5-explore")
+        tl.scroll_into_view_if_needed()
+        view = tl.locator(".mp-tl-view")
+        wide, box = view.evaluate("v => [v.scrollWidth, v.clientWidth]")
+        hint = tl.locator(".mp-tl-hint")
+        if viewport == DESKTOP:
+            assert wide <= box + 1 and not hint.is_visible() and view.get_attribute("tabindex") is None
+            assert tl.locator(".mp-tl-gpus").count() == 0
+            return
+        assert wide > box and hint.is_visible()
+        assert hint.inner_text() == "Scroll sideways for the rest of each schedule →"
+        assert (view.get_attribute("tabindex"), view.get_attribute("role")) == ("0", "region")
+        rows = tl.locator(".mp-tl-row")
+        assert tl.locator(".mp-tl-gpus").count() == rows.count()
+        view.focus()
+        page.keyboard.press("End")
+        page.keyboard.press("ArrowRight")
+        view.evaluate("v => { v.scrollLeft = v.scrollWidth; }")
+        left, pinned = view.evaluate(
+            "v => [v.getBoundingClientRect().left, [...v.querySelectorAll('.mp-tl-gpus')].map("
+            "g => g.getBoundingClientRect().left)]"
+        )
+        assert view.evaluate("v => v.scrollLeft") > 0
+        assert all(abs(x - left) <= 1 for x in pinned), (left, pinned)
+        labels = tl.locator(".mp-tl-gpus").first.inner_text().split("\n")
+        assert labels == [f"GPU {g}" for g in range(8)]
+        view.evaluate("v => { v.scrollLeft = 0; }")
+        assert horizontal_overflow(page) == 0
+
+
 def test_chapter5_tables_typeset_their_math_and_fit_the_desktop():
     with site_page(PAGE, viewport=DESKTOP) as page:
         page.wait_for_function("() => document.querySelectorAll('.mathjax_process mjx-container').length >= 9")

@@ -421,7 +421,9 @@ class TimelineExplorer(StaticWidget):
 
     def body_html(self) -> str:
         return (
-            '<div class="mp-legend"></div><div class="mp-tl-view mp-view mp-scroll"></div>'
+            '<div class="mp-legend"></div><p class="mp-tl-hint" hidden>Scroll sideways for the rest of each '
+            "schedule \u2192</p>"
+            '<div class="mp-tl-view mp-view mp-scroll"></div>'
             '<div class="mp-caption" aria-live="polite"></div>'
         )
 
@@ -470,7 +472,12 @@ class TimelineExplorer(StaticWidget):
         ".mp-explorer .mp-tl-row{margin:.5em 0 .2em;padding-left:.5em;border-left:3px solid transparent}"
         ".mp-explorer .mp-tl-row.mp-current{border-left-color:var(--mp-accent)}"
         ".mp-explorer .mp-tl-title{font-weight:600}.mp-explorer .mp-tl-label{color:var(--mp-muted)}"
-        ".mp-explorer .mp-tl-row svg{display:block;margin-top:.2em;overflow:visible}"
+        ".mp-explorer .mp-tl-track{display:flex;width:max-content;margin-top:.2em}"
+        ".mp-explorer .mp-tl-track svg{display:block;overflow:visible}"
+        ".mp-explorer .mp-tl-gpus{position:sticky;left:0;z-index:1;flex:0 0 auto;font-size:11px;"
+        "background:var(--mp-bg)}"
+        ".mp-explorer .mp-tl-hint{margin:.2em 0;font-size:.85em;color:var(--mp-muted);text-align:right}"
+        ".mp-explorer .mp-tl-view.mp-overflows{border-right:1px dashed var(--mp-border)}"
         ".mp-explorer .mp-caption{min-height:3em;margin-top:.4em}"
     )
 

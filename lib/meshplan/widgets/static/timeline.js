@@ -3,11 +3,13 @@
  * chosen p, m, v, drawn as SVG on one time axis (the longest makespan fills the box; data.minScale is the fewest
  * pixels per time unit), the chosen schedule highlighted, its caption below. Each device's events come as
  * "KINDmb[.chunk][|bwmb[.bwchunk]]@start-end" (plotting._encode); the drawing is redone when the box's width
- * changes.
+ * changes. When the timelines are wider than the box (a phone), the box scrolls sideways: a line above it says so,
+ * the box becomes a named keyboard stop, and each timeline's GPU labels stay pinned at its left edge.
  * Comments before the code (these) are not written into the pages.
  */
 (function(MP){if(!MP||MP.kinds["explorer"])return;MP.kinds["explorer"]=function(root,data,ui){
   var view=root.querySelector(".mp-tl-view"),cap=root.querySelector(".mp-caption"),L=data.layout,NS="http://www.w3.org/2000/svg",
+      hint=root.querySelector(".mp-tl-hint"),
       legend=root.querySelector(".mp-legend"),hatch=root.id+"-hatch",lastW=0;
   data.legend.forEach(function(k){var s=document.createElement("span");s.innerHTML='<span class="mp-swatch"></span>';
     var sw=s.firstChild;if(k[0]==="F&B"){sw.style.border="2px solid "+k[2];}else sw.style.background=k[2];
@@ -48,7 +50,17 @@
     var scale=ends.length?Math.max((W-L.left-L.right)/Math.max.apply(null,ends),data.minScale):1;
     rows.forEach(function(r,i){
       if(r.error){var m=document.createElement("div");m.className="mp-invalid";m.textContent="Not valid here: "+r.error;divs[i].appendChild(m);}
-      else divs[i].appendChild(svg(data.timelines[r.t],scale));});
+      else{var tr=document.createElement("div");tr.className="mp-tl-track";tr.appendChild(svg(data.timelines[r.t],scale));
+        divs[i].appendChild(tr);}});
+    var over=view.scrollWidth>view.clientWidth+1;if(hint)hint.hidden=!over;view.classList.toggle("mp-overflows",over);
+    if(over){view.setAttribute("tabindex","0");view.setAttribute("role","region");
+      view.setAttribute("aria-label","Pipeline schedules, scroll sideways");}
+    else["tabindex","role","aria-label"].forEach(function(a){view.removeAttribute(a);});
+    if(over)rows.forEach(function(r,i){if(!r.t)return;var tr=divs[i].querySelector(".mp-tl-track"),g=document.createElement("div");
+      g.className="mp-tl-gpus";g.setAttribute("aria-hidden","true");g.style.width=L.left+"px";g.style.marginRight=-L.left+"px";
+      for(var k=0;k<data.timelines[r.t].pp;k++){var d=document.createElement("div");d.style.height=L.row+"px";
+        d.style.lineHeight=L.row+"px";d.textContent="GPU "+k;g.appendChild(d);}
+      tr.insertBefore(g,tr.firstChild);});
     var e=data.table[ui.key()];cap.className="mp-caption"+(e.error?" mp-invalid":"");
     cap.textContent=e.error?"Not a valid schedule: "+e.error:e.caption;lastW=view.clientWidth;}
   ui.onChange(draw);draw();
