@@ -50,7 +50,9 @@
     var scale=ends.length?Math.max((W-L.left-L.right)/Math.max.apply(null,ends),data.minScale):1;
     rows.forEach(function(r,i){
       if(r.error){var m=document.createElement("div");m.className="mp-invalid";m.textContent="Not valid here: "+r.error;divs[i].appendChild(m);}
-      else{var tr=document.createElement("div");tr.className="mp-tl-track";tr.appendChild(svg(data.timelines[r.t],scale));
+      else{var tr=document.createElement("div"),sv=svg(data.timelines[r.t],scale);tr.className="mp-tl-track";
+        sv.setAttribute("aria-label",r.name+" timeline of "+data.timelines[r.t].pp+" GPUs"+(r.label?", "+r.label:""));
+        tr.appendChild(sv);
         divs[i].appendChild(tr);}});
     var over=view.scrollWidth>view.clientWidth+1;if(hint)hint.hidden=!over;view.classList.toggle("mp-overflows",over);
     if(over){view.setAttribute("tabindex","0");view.setAttribute("role","region");
