@@ -7,6 +7,7 @@
 """
 
 from meshplan.steptime.model import (
+    OVERHEADS,
     PHYSICAL_RANGES,
     TERMS,
     Calibration,
@@ -28,6 +29,7 @@ from meshplan.steptime.model import (
 )
 
 __all__ = [
+    "OVERHEADS",
     "PHYSICAL_RANGES",
     "TERMS",
     "Calibration",

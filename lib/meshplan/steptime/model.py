@@ -92,6 +92,16 @@ from meshplan.spec.models.spec import ModelSpec
 from meshplan.spec.stages import Stage, layer_kinds
 
 TERMS = ("compute_s", "tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s", "optimizer_s")
+# the step's terms after compute, as the course names them (``StepTime.largest_overhead``)
+OVERHEADS = {
+    "tp_s": "TP communication",
+    "cp_s": "CP communication",
+    "ep_s": "EP all-to-all",
+    "pp_s": "pipeline sends",
+    "dp_exposed_s": "DP synchronisation",
+    "bubble_s": "pipeline bubble",
+    "optimizer_s": "optimizer step",
+}
 ACT_BYTES = 2  # bf16 activations on the wire
 FLASH_BACKWARD_PER_FORWARD = 2.5  # FlashAttention's backward recomputes QKᵀ: 5 matmuls against the forward's 2
 WEIGHT_READS_PER_MICRO_BATCH = 2  # each bf16 weight is read by the forward and by the input-gradient GEMM
@@ -245,6 +255,17 @@ class StepTime:
 
     def terms(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in TERMS}
+
+    def largest_overhead(self) -> str:
+        """What the step waits on longest besides its own arithmetic: the name (``OVERHEADS``) of its largest term
+        after ``compute_s``, the first in ``TERMS`` order among equals. The course's "what becomes the bottleneck"
+        exercises ask for it.
+
+            >>> StepTime(10.0, 0.5, 0.0, 0.0, 0.1, 0.7, 0.7, 0.01).largest_overhead()
+            'DP synchronisation'
+        """
+        overheads = {k: v for k, v in self.terms().items() if k != "compute_s"}
+        return OVERHEADS[max(overheads, key=overheads.__getitem__)]
 
 
 # ---------------------------------------------------------------- helpers

@@ -1,0 +1,53 @@
+"""The "what becomes the bottleneck" exercises (chapters 4, 5 and 7): each asks for ``StepTime.largest_overhead`` of
+the plan its controls describe, and the answer moves as the lever does: DP synchronisation gives way to TP's
+collectives as TP grows, the bubble to DP on a shallow pipeline and to TP on a large batch, DP to the EP all-to-all as
+EP reaches and leaves the node."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan.course import bottleneck as B
+from meshplan.plan import evaluate
+from meshplan.steptime import OVERHEADS, StepTime, execution_for, step_time
+
+
+def test_the_largest_overhead_is_the_largest_term_after_compute_first_of_equals():
+    assert StepTime(100.0, 1.0, 2.0, 0.0, 0.0, 2.0, 0.5, 0.1).largest_overhead() == "CP communication"
+    assert StepTime(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2).largest_overhead() == "optimizer step"
+    assert set(OVERHEADS) == {"tp_s", "cp_s", "ep_s", "pp_s", "dp_exposed_s", "bubble_s", "optimizer_s"}
+
+
+@pytest.mark.parametrize(
+    ("exercise", "answers"),
+    [
+        (B.tp_bottleneck, {(1,): "DP synchronisation", (2,): "DP synchronisation", (4,): "TP communication",
+                           (8,): "TP communication"}),
+        (B.pp_bottleneck, {(2, 32): "DP synchronisation", (2, 64): "DP synchronisation", (2, 256): "TP communication",
+                           (4, 32): "pipeline bubble", (4, 64): "pipeline bubble", (4, 256): "TP communication",
+                           (8, 32): "pipeline bubble", (8, 64): "pipeline bubble", (8, 256): "TP communication"}),
+        (B.ep_bottleneck, {(1,): "DP synchronisation", (2,): "DP synchronisation", (4,): "DP synchronisation",
+                           (8,): "EP all-to-all", (16,): "EP all-to-all", (32,): "EP all-to-all",
+                           (64,): "EP all-to-all"}),
+    ],
+)  # fmt: skip
+def test_each_combination_answers_as_the_step_time_model(exercise, answers):
+    ex = exercise()
+    names = list(ex.sliders)
+    assert ex.choices == tuple(OVERHEADS.values())
+    assert {tuple(v[n] for n in names): ex.result(**v).value for v in ex.combinations()} == answers
+
+
+def test_the_worked_answer_lists_every_term_largest_first():
+    plan = B.pp_plan(4, 64)
+    st = step_time(evaluate(plan), execution_for("lab"))
+    line = B.overhead_line(plan)
+    assert line.startswith(f"TP 2 × PP 4 × DP 4, m = 16: compute {st.compute_s:.2f} s per step; then pipeline bubble")
+    shown = [
+        OVERHEADS[k] for k, v in sorted(st.terms().items(), key=lambda kv: -kv[1]) if k != "compute_s" and v >= 5e-3
+    ]
+    assert [part.rsplit(" ", 2)[0] for part in line.split("; then ")[1].split(" (")[0].split("; ")] == shown
+    assert line.endswith(f"({st.total_s:.2f} s in all).")
+    # EP across the node: the all-to-all's seconds more than triple from EP 8 to EP 16
+    ep8, ep16 = (step_time(evaluate(B.ep_plan(e)), execution_for("lab")).ep_s for e in (8, 16))
+    assert ep16 > 3 * ep8
