@@ -51,3 +51,40 @@ def test_the_worked_answer_lists_every_term_largest_first():
     # EP across the node: the all-to-all's seconds more than triple from EP 8 to EP 16
     ep8, ep16 = (step_time(evaluate(B.ep_plan(e)), execution_for("lab")).ep_s for e in (8, 16))
     assert ep16 > 3 * ep8
+
+
+def test_the_memory_exercises_answer_which_part_is_largest():
+    seq = B.sequence_memory()
+    assert seq.choices == B.MEMORY_PARTS
+    got = {(v["seq"], v["recompute"]): seq.result(**v).value for v in seq.combinations()}
+    # the optimizer states (12 B a parameter) lead until the activations outgrow them: 8K tokens without recomputation,
+    # 32K with selective; full recomputation keeps them under at every length
+    assert {k for k, v in got.items() if v == "activations"} == {(8192, "none"), (32768, "none"), (32768, "selective")}
+    assert set(got.values()) == {"activations", "optimizer states"}
+    zero = B.zero_memory()
+    assert {(v["zero"], v["gpus"]): zero.result(**v).value for v in zero.combinations()} == {
+        **{(0, g): "optimizer states" for g in (8, 64)},
+        **{(z, g): "weights and gradients" for z in (1, 2) for g in (8, 64)},
+        **{(3, g): "activations" for g in (8, 64)},
+    }
+    assert B.memory_line(B.zero_plan(3, 8)) == (
+        "DP 8, ZeRO-3, recompute selective, s = 4,096: activations 45.6 GB, optimizer states 41.7 GB, weights and "
+        "gradients 13.9 GB per GPU."
+    )
+
+
+def test_the_cp_exercise_exposes_the_ring_only_on_short_chunks():
+    ex = B.cp_bottleneck()
+    got = {(v["cp"], v["seq"]): ex.result(**v).value for v in ex.combinations()}
+    assert {k for k, v in got.items() if v == "CP communication"} == {(16, 32768)}  # 2,048 tokens per rank
+    assert set(got.values()) == {"CP communication", "DP synchronisation"}
+
+
+def test_twice_the_replicas_is_never_twice_as_fast_and_crossing_the_node_costs_most():
+    ex = B.dp_speedup()
+    got = {(v["gpus"], v["global_batch"]): float(ex.result(**v).value or 0.0) for v in ex.combinations()}
+    assert all(1 < s < 2 for s in got.values())
+    # a larger batch hides more of the synchronisation under more micro-batches of backward
+    assert all(got[g, 256] > got[g, 64] for g in (8, 16, 32))
+    assert ex.result(gpus=8, global_batch=256).explanation.startswith("8 GPUs (DP over NVLink)")
+    assert "16 (over InfiniBand)" in ex.result(gpus=8, global_batch=256).explanation

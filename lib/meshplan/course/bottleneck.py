@@ -9,7 +9,17 @@ answer lists every term in seconds, largest first. Each chapter's exercise is on
 
 * ``tp_bottleneck``  (chapter 4): the anchor on 16 GPUs, two nodes, as TP grows past the node;
 * ``pp_bottleneck``  (chapter 5): the anchor on 32 GPUs with TP 2, the pipeline's depth against the global batch;
+* ``cp_bottleneck``  (chapter 6): Llama 3.1 8B on 64 GPUs, CP's group size against the sequence;
 * ``ep_bottleneck``  (chapter 7): Qwen3-30B-A3B on 64 GPUs as EP grows past the node.
+
+Two other consequences, of memory and of scale:
+
+* ``memory_exercise`` asks which part of one GPU's memory is the largest in the lab page's convention
+  (``MEMORY_PARTS``: the bf16 weights and gradients, the optimizer states, the activations): ``sequence_memory``
+  (chapter 1: Qwen3-8B on one GPU, the sequence against the recomputation) and ``zero_memory`` (chapter 3: the anchor,
+  the ZeRO stage against the GPUs);
+* ``dp_speedup`` (chapter 2) asks how many times faster the step gets when the data-parallel replicas double at the
+  same global batch: twice as fast only while the gradient synchronisation stays hidden.
 
     >>> ex = pp_bottleneck()
     >>> ex.result(pp=2, global_batch=32).value, ex.result(pp=8, global_batch=32).value
@@ -21,11 +31,28 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from meshplan.plan import Plan, evaluate
+from meshplan.core.units import fmt_gb
+from meshplan.plan import Plan, Report, evaluate
+from meshplan.plan.reporting import link_name
 from meshplan.steptime import OVERHEADS, execution_for, step_time
 from meshplan.widgets import Exercise
 
-__all__ = ["QUESTION", "bottleneck_exercise", "ep_bottleneck", "overhead_line", "pp_bottleneck", "tp_bottleneck"]
+__all__ = [
+    "MEMORY_PARTS",
+    "QUESTION",
+    "bottleneck_exercise",
+    "cp_bottleneck",
+    "dp_speedup",
+    "ep_bottleneck",
+    "largest_memory_part",
+    "memory_exercise",
+    "memory_line",
+    "overhead_line",
+    "pp_bottleneck",
+    "sequence_memory",
+    "tp_bottleneck",
+    "zero_memory",
+]
 
 QUESTION = "Which part of the step, after its own compute, takes the longest?"
 CHOICES = tuple(OVERHEADS.values())
@@ -115,4 +142,144 @@ def ep_plan(ep: int) -> Plan:
 def ep_bottleneck() -> Exercise:
     return bottleneck_exercise(
         "ch7-bottleneck", ep_plan, {"ep": [1, 2, 4, 8, 16, 32, 64]}, defaults={"ep": 4}, labels={"ep": "EP size"}
+    )
+
+
+def cp_plan(cp: int, seq: int) -> Plan:
+    """Chapter 6's levers: Llama 3.1 8B on 64 GPUs (eight nodes), CP ``cp`` and DP the rest, ZeRO-3, full
+    recomputation, sequences of ``seq`` tokens, a global batch of 16 sequences, lab page's ledger."""
+    return Plan.create("llama-3.1-8b", gpus=64, cp=cp, zero=3, recompute="full", seq=seq, global_batch=16)
+
+
+def cp_bottleneck() -> Exercise:
+    return bottleneck_exercise(
+        "ch6-bottleneck",
+        cp_plan,
+        {"cp": [4, 8, 16], "seq": [32768, 131072]},
+        defaults={"cp": 8, "seq": 32768},
+        labels={"cp": "CP size", "seq": "sequence s"},
+        texts={"seq": {32768: "32,768", 131072: "131,072"}},
+    )
+
+
+# ---------------------------------------------------------------- memory: which part is the largest
+MEMORY_PARTS = ("weights and gradients", "optimizer states", "activations")
+MEMORY_QUESTION = "Which part of one GPU's memory is the largest, in the lab page's convention?"
+
+
+def _parts(r: Report) -> dict[str, float]:
+    t = r.model_states_terms
+    return {
+        "weights and gradients": t.get("weights", 0.0) + t.get("grads", 0.0),
+        "optimizer states": t.get("master", 0.0) + t.get("adam_m", 0.0) + t.get("adam_v", 0.0),
+        "activations": r.memory_bytes["activations"],
+    }
+
+
+def largest_memory_part(r: Report) -> str:
+    """The largest of ``MEMORY_PARTS`` on the report's most-loaded GPU (the first of equals): the bf16 weights and
+    gradients together, the fp32 master weights and Adam moments, or the saved activations."""
+    parts = _parts(r)
+    return max(parts, key=parts.__getitem__)
+
+
+def memory_line(plan: Plan) -> str:
+    r = evaluate(plan)
+    ranked = sorted(((v, k) for k, v in _parts(r).items()), reverse=True)
+    parts = ", ".join(f"{name} {fmt_gb(v)}" for v, name in ranked)
+    return f"{plan.dims.label()}, ZeRO-{plan.zero}, recompute {plan.recompute}, s = {plan.seq:,}: {parts} per GPU."
+
+
+def memory_exercise(
+    exercise_id: str,
+    plan_of: Callable[..., Plan],
+    sliders: Mapping[str, Sequence[Any]],
+    *,
+    labels: Mapping[str, str],
+    defaults: Mapping[str, Any] | None = None,
+    texts: Mapping[str, Mapping[Any, str]] | None = None,
+) -> Exercise:
+    """An exercise asking ``MEMORY_QUESTION`` of the plan ``plan_of(**controls)``."""
+    return Exercise(
+        exercise_id,
+        MEMORY_QUESTION,
+        lambda **values: largest_memory_part(evaluate(plan_of(**values))),
+        sliders=dict(sliders),
+        defaults=dict(defaults or {}),
+        explain=lambda **values: memory_line(plan_of(**values)),
+        labels=dict(labels),
+        texts=dict(texts or {}),
+        choices=MEMORY_PARTS,
+    )
+
+
+def sequence_plan(seq: int, recompute: str) -> Plan:
+    """Chapter 1's levers: Qwen3-8B on one GPU, sequences of ``seq`` tokens, recomputation ``recompute``."""
+    return Plan.create("qwen3-8b", gpus=1, seq=seq, recompute=recompute)
+
+
+def sequence_memory() -> Exercise:
+    return memory_exercise(
+        "ch1-largest",
+        sequence_plan,
+        {"seq": [2048, 8192, 32768], "recompute": ["none", "selective", "full"]},
+        defaults={"seq": 8192, "recompute": "selective"},
+        labels={"seq": "sequence s", "recompute": "recomputation"},
+        texts={"seq": {2048: "2,048", 8192: "8,192", 32768: "32,768"}},
+    )
+
+
+def zero_plan(zero: int, gpus: int) -> Plan:
+    """Chapter 3's levers: the anchor on ``gpus`` GPUs, pure DP with ZeRO stage ``zero``, selective recomputation."""
+    return Plan.create(ANCHOR, gpus=gpus, zero=zero, recompute="selective")
+
+
+def zero_memory() -> Exercise:
+    return memory_exercise(
+        "ch3-largest",
+        zero_plan,
+        {"zero": [0, 1, 2, 3], "gpus": [8, 64]},
+        defaults={"zero": 1, "gpus": 8},
+        labels={"zero": "ZeRO stage", "gpus": "GPUs"},
+    )
+
+
+# ---------------------------------------------------------------- scale: twice the replicas
+def dp_plan(gpus: int, global_batch: int) -> Plan:
+    """Chapter 2's levers: the anchor on ``gpus`` data-parallel GPUs (ZeRO-3, full recomputation: it fits), a global
+    batch of ``global_batch`` sequences, lab page's ledger."""
+    return Plan.create(ANCHOR, gpus=gpus, zero=3, recompute="full", global_batch=global_batch)
+
+
+def dp_speedup() -> Exercise:
+    """How many times faster the step is on 2N replicas than on N at the same global batch."""
+
+    def times(gpus: int, global_batch: int):
+        return tuple(step_time(evaluate(dp_plan(g, global_batch))) for g in (gpus, 2 * gpus))
+
+    def answer(gpus: int, global_batch: int) -> float:
+        before, after = times(gpus, global_batch)
+        return before.total_s / after.total_s
+
+    def explain(gpus: int, global_batch: int) -> str:
+        before, after = times(gpus, global_batch)
+        links = [link_name(evaluate(dp_plan(g, global_batch)).link["dp"]) for g in (gpus, 2 * gpus)]
+        return (
+            f"{gpus} GPUs (DP over {links[0]}): compute {before.compute_s:.2f} s + exposed DP "
+            f"{before.dp_exposed_s:.2f} s = {before.total_s:.2f} s per step; {2 * gpus} (over {links[1]}): compute "
+            f"{after.compute_s:.2f} s + exposed DP {after.dp_exposed_s:.2f} s = {after.total_s:.2f} s. The compute "
+            "halves; the bytes each GPU synchronises stay about the same, and fewer micro-batches leave less backward "
+            "to hide them under."
+        )
+
+    return Exercise(
+        "ch2-speedup",
+        "Double the data-parallel GPUs at the same global batch: how many times faster is the step?",
+        answer,
+        sliders={"gpus": [8, 16, 32], "global_batch": [64, 256]},
+        defaults={"gpus": 16, "global_batch": 256},
+        unit="×",
+        digits=2,
+        explain=explain,
+        labels={"gpus": "from N GPUs", "global_batch": "global batch B"},
     )
