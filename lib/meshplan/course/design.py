@@ -259,8 +259,7 @@ def search_line(plan: Plan, result: SearchResult, uncertainty: float | None = No
     else:
         within = "within" if ok else "beyond"
         against = (
-            f"{fmt_pct(over, 1)} slower than the fastest {best:.2f} s, {within} the model's {fmt_pct(u, 0)} "
-            "uncertainty"
+            f"{fmt_pct(over, 1)} slower than the fastest {best:.2f} s, {within} the model's {fmt_pct(u, 0)} uncertainty"
         )
     head = f"{'rank' if where.kept else 'would rank'} {where.rank}{tie} {of}, {where.step_s:.2f} s per step; {against}"
     skipped = "" if where.kept else f" (the search skips it: {where.why})"
