@@ -88,3 +88,10 @@ def test_twice_the_replicas_is_never_twice_as_fast_and_crossing_the_node_costs_m
     assert all(got[g, 256] > got[g, 64] for g in (8, 16, 32))
     assert ex.result(gpus=8, global_batch=256).explanation.startswith("8 GPUs (DP over NVLink)")
     assert "16 (over InfiniBand)" in ex.result(gpus=8, global_batch=256).explanation
+
+
+def test_an_moe_keeps_its_optimizer_states_largest_where_a_dense_model_turns_to_activations():
+    ex = B.moe_memory()
+    got = {(v["model"], v["zero"]): ex.result(**v).value for v in ex.combinations()}
+    assert got["qwen3-30b-a3b", 3] == "optimizer states" and got["qwen3-8b", 3] == "activations"
+    assert got["qwen3-30b-a3b", 1] == got["qwen3-8b", 1] == "weights and gradients"

@@ -16,8 +16,9 @@ Two other consequences, of memory and of scale:
 
 * ``memory_exercise`` asks which part of one GPU's memory is the largest in the lab page's convention
   (``MEMORY_PARTS``: the bf16 weights and gradients, the optimizer states, the activations): ``sequence_memory``
-  (chapter 1: Qwen3-8B on one GPU, the sequence against the recomputation) and ``zero_memory`` (chapter 3: the anchor,
-  the ZeRO stage against the GPUs);
+  (chapter 1: Qwen3-8B on one GPU, the sequence against the recomputation), ``zero_memory`` (chapter 3: the anchor,
+  the ZeRO stage against the GPUs) and ``moe_memory`` (chapter 10: Qwen3-30B-A3B against the dense Qwen3-8B on one
+  node, the ZeRO stage);
 * ``dp_speedup`` (chapter 2) asks how many times faster the step gets when the data-parallel replicas double at the
   same global batch: twice as fast only while the gradient synchronisation stays hidden.
 
@@ -47,6 +48,7 @@ __all__ = [
     "largest_memory_part",
     "memory_exercise",
     "memory_line",
+    "moe_memory",
     "overhead_line",
     "pp_bottleneck",
     "sequence_memory",
@@ -241,6 +243,26 @@ def zero_memory() -> Exercise:
         {"zero": [0, 1, 2, 3], "gpus": [8, 64]},
         defaults={"zero": 1, "gpus": 8},
         labels={"zero": "ZeRO stage", "gpus": "GPUs"},
+    )
+
+
+MOE_MODELS = {"qwen3-30b-a3b": "Qwen3-30B-A3B (MoE)", "qwen3-8b": "Qwen3-8B (dense)"}
+
+
+def moe_plan(model: str, zero: int) -> Plan:
+    """Chapter 10's levers: ``model`` on one node of 8 GPUs, pure DP (no EP) with ZeRO stage ``zero``, selective
+    recomputation, s = 4,096, lab page's ledger."""
+    return Plan.create(model, gpus=8, zero=zero, recompute="selective", seq=4096)
+
+
+def moe_memory() -> Exercise:
+    return memory_exercise(
+        "own-moe-largest",
+        moe_plan,
+        {"model": list(MOE_MODELS), "zero": [0, 1, 2, 3]},
+        defaults={"model": "qwen3-30b-a3b", "zero": 3},
+        labels={"model": "model", "zero": "ZeRO stage"},
+        texts={"model": MOE_MODELS},
     )
 
 
