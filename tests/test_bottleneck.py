@@ -95,3 +95,20 @@ def test_an_moe_keeps_its_optimizer_states_largest_where_a_dense_model_turns_to_
     got = {(v["model"], v["zero"]): ex.result(**v).value for v in ex.combinations()}
     assert got["qwen3-30b-a3b", 3] == "optimizer states" and got["qwen3-8b", 3] == "activations"
     assert got["qwen3-30b-a3b", 1] == got["qwen3-8b", 1] == "weights and gradients"
+
+
+def test_chapter9_gradient_accumulation_grows_the_gathers_and_the_reduce_scatters_only_with_sync():
+    """The fact chapter 9's consequence exercise asks for (``ch9-accum-grows``), from the formula its gloo runs match
+    exactly: whatever reshard_after_forward says, every micro-batch gathers the parameters again; the reduce-scatters
+    grow with m only when every backward synchronises the gradients."""
+    from meshplan import load_model
+    from meshplan.parallel import zero
+    from meshplan.realrun import predict
+
+    units = zero.fsdp_unit_params(load_model("small-3.7m"))
+    for reshard in (True, None, False):
+        resharded = predict.fsdp2_resharded(len(units), reshard)
+        for sync in (True, False):
+            one, two = (zero.fsdp2_collectives_per_step(units, resharded, m, sync) for m in (1, 2))
+            assert two["all_gathers"] == 2 * one["all_gathers"]
+            assert (two["reduce_scatters"] > one["reduce_scatters"]) == sync
