@@ -35,6 +35,8 @@ from typing import Any
 from meshplan.core.units import fmt_gb
 from meshplan.plan import Plan, Report, evaluate
 from meshplan.plan.reporting import link_name
+from meshplan.spec.hardware import load_hardware
+from meshplan.spec.model import load_model
 from meshplan.steptime import OVERHEADS, execution_for, step_time
 from meshplan.widgets import Exercise
 
@@ -77,11 +79,13 @@ def bottleneck_exercise(
     sliders: Mapping[str, Sequence[Any]],
     *,
     labels: Mapping[str, str],
+    setup: str,
     defaults: Mapping[str, Any] | None = None,
     texts: Mapping[str, Mapping[Any, str]] | None = None,
 ) -> Exercise:
-    """An exercise asking ``QUESTION`` of the plan ``plan_of(**controls)`` (a ValueError marks a combination the
-    library refuses, as in every exercise)."""
+    """An exercise asking ``QUESTION`` of the plan ``plan_of(**controls)``, its fixed choices stated first (``setup``,
+    written from the plan builder's own constants); a ValueError marks a combination the library refuses, as in every
+    exercise."""
 
     def answer(**values: Any) -> str:
         p = plan_of(**values)
@@ -89,7 +93,7 @@ def bottleneck_exercise(
 
     return Exercise(
         exercise_id,
-        QUESTION,
+        f"{setup} {QUESTION}",
         answer,
         sliders=dict(sliders),
         defaults=dict(defaults or {}),
@@ -101,25 +105,39 @@ def bottleneck_exercise(
 
 
 ANCHOR = "qwen3.8-27b"
+LAB_GPUS_PER_NODE = load_hardware().gpus_per_node  # the lab page's machine, which every plan here runs on
+
+
+def _on(gpus: int) -> str:
+    nodes = gpus // LAB_GPUS_PER_NODE
+    return f"{gpus:,} GPUs ({nodes} node{'s' if nodes != 1 else ''} of the lab page's machine)"
+
+
+TP_GPUS, TP_BATCH = 16, 64
 
 
 def tp_plan(tp: int) -> Plan:
-    """Chapter 4's lever: the anchor on 16 GPUs (two nodes of the lab page's machine), TP ``tp`` and DP the rest,
-    ZeRO-1, selective recomputation, a global batch of 64 sequences, in the lab page's ledger."""
-    return Plan.create(ANCHOR, gpus=16, tp=tp, zero=1, recompute="selective", global_batch=64)
+    """Chapter 4's lever: the anchor on ``TP_GPUS`` GPUs (two nodes of the lab page's machine), TP ``tp`` and DP the
+    rest, ZeRO-1, selective recomputation, a global batch of ``TP_BATCH`` sequences, in the lab page's ledger."""
+    return Plan.create(ANCHOR, gpus=TP_GPUS, tp=tp, zero=1, recompute="selective", global_batch=TP_BATCH)
 
 
 def tp_bottleneck() -> Exercise:
-    return bottleneck_exercise("ch4-bottleneck", tp_plan, {"tp": [1, 2, 4, 8]}, labels={"tp": "TP size t"})
+    setup = f"The anchor on {_on(TP_GPUS)}, a global batch of {TP_BATCH} sequences, ZeRO-1, selective recomputation."
+    return bottleneck_exercise("ch4-bottleneck", tp_plan, {"tp": [1, 2, 4, 8]}, labels={"tp": "TP size t"}, setup=setup)
+
+
+PP_GPUS, PP_TP = 32, 2
 
 
 def pp_plan(pp: int, global_batch: int) -> Plan:
-    """Chapter 5's levers: the anchor on 32 GPUs with TP 2, PP ``pp`` (layers spread ends-lighter when they do not
-    divide) and DP the rest, ZeRO-1, selective recomputation, ``global_batch`` sequences per step, lab page's
-    ledger."""
+    """Chapter 5's levers: the anchor on ``PP_GPUS`` GPUs with TP ``PP_TP``, PP ``pp`` (layers spread ends-lighter
+    when they do not divide) and DP the rest, ZeRO-1, selective recomputation, ``global_batch`` sequences per step,
+    lab page's ledger."""
     return Plan.create(
-        ANCHOR, gpus=32, tp=2, pp=pp, zero=1, recompute="selective", global_batch=global_batch, uneven_stages=True
-    )
+        ANCHOR, gpus=PP_GPUS, tp=PP_TP, pp=pp, zero=1, recompute="selective", global_batch=global_batch,
+        uneven_stages=True,
+    )  # fmt: skip
 
 
 def pp_bottleneck() -> Exercise:
@@ -129,31 +147,51 @@ def pp_bottleneck() -> Exercise:
         {"pp": [2, 4, 8], "global_batch": [32, 64, 256]},
         defaults={"pp": 4, "global_batch": 64},
         labels={"pp": "stages p", "global_batch": "global batch B"},
+        setup=f"The anchor on {_on(PP_GPUS)} with TP {PP_TP}, ZeRO-1, selective recomputation.",
     )
 
 
 EP_MODEL = "qwen3-30b-a3b"
 
 
+EP_GPUS, EP_BATCH = 64, 256
+
+
 def ep_plan(ep: int) -> Plan:
-    """Chapter 7's lever: Qwen3-30B-A3B on 64 GPUs (eight nodes), DP 64 with EP ``ep`` folded inside it, ZeRO-1,
-    selective recomputation, a global batch of 256 sequences, lab page's ledger."""
-    return Plan.create(EP_MODEL, gpus=64, ep=ep, zero=1, recompute="selective", global_batch=256)
+    """Chapter 7's lever: Qwen3-30B-A3B on ``EP_GPUS`` GPUs (eight nodes), DP over all of them with EP ``ep`` folded
+    inside it, ZeRO-1, selective recomputation, a global batch of ``EP_BATCH`` sequences, lab page's ledger."""
+    return Plan.create(EP_MODEL, gpus=EP_GPUS, ep=ep, zero=1, recompute="selective", global_batch=EP_BATCH)
 
 
 def ep_bottleneck() -> Exercise:
+    setup = (
+        f"{load_model(EP_MODEL).name} on {_on(EP_GPUS)}, DP over all of them with EP inside it, a global batch of "
+        f"{EP_BATCH} sequences, ZeRO-1, selective recomputation."
+    )
     return bottleneck_exercise(
-        "ch7-bottleneck", ep_plan, {"ep": [1, 2, 4, 8, 16, 32, 64]}, defaults={"ep": 4}, labels={"ep": "EP size"}
+        "ch7-bottleneck",
+        ep_plan,
+        {"ep": [1, 2, 4, 8, 16, 32, 64]},
+        defaults={"ep": 4},
+        labels={"ep": "EP size"},
+        setup=setup,
     )
 
 
+CP_MODEL, CP_GPUS, CP_BATCH = "llama-3.1-8b", 64, 16
+
+
 def cp_plan(cp: int, seq: int) -> Plan:
-    """Chapter 6's levers: Llama 3.1 8B on 64 GPUs (eight nodes), CP ``cp`` and DP the rest, ZeRO-3, full
-    recomputation, sequences of ``seq`` tokens, a global batch of 16 sequences, lab page's ledger."""
-    return Plan.create("llama-3.1-8b", gpus=64, cp=cp, zero=3, recompute="full", seq=seq, global_batch=16)
+    """Chapter 6's levers: Llama 3.1 8B on ``CP_GPUS`` GPUs (eight nodes), CP ``cp`` and DP the rest, ZeRO-3, full
+    recomputation, sequences of ``seq`` tokens, a global batch of ``CP_BATCH`` sequences, lab page's ledger."""
+    return Plan.create(CP_MODEL, gpus=CP_GPUS, cp=cp, zero=3, recompute="full", seq=seq, global_batch=CP_BATCH)
 
 
 def cp_bottleneck() -> Exercise:
+    setup = (
+        f"{load_model(CP_MODEL).name} on {_on(CP_GPUS)}, a global batch of {CP_BATCH} sequences, ZeRO-3, full "
+        "recomputation."
+    )
     return bottleneck_exercise(
         "ch6-bottleneck",
         cp_plan,
@@ -161,6 +199,7 @@ def cp_bottleneck() -> Exercise:
         defaults={"cp": 8, "seq": 32768},
         labels={"cp": "CP size", "seq": "sequence s"},
         texts={"seq": {32768: "32,768", 131072: "131,072"}},
+        setup=setup,
     )
 
 
@@ -198,13 +237,14 @@ def memory_exercise(
     sliders: Mapping[str, Sequence[Any]],
     *,
     labels: Mapping[str, str],
+    setup: str,
     defaults: Mapping[str, Any] | None = None,
     texts: Mapping[str, Mapping[Any, str]] | None = None,
 ) -> Exercise:
-    """An exercise asking ``MEMORY_QUESTION`` of the plan ``plan_of(**controls)``."""
+    """An exercise asking ``MEMORY_QUESTION`` of the plan ``plan_of(**controls)``, its fixed choices first."""
     return Exercise(
         exercise_id,
-        MEMORY_QUESTION,
+        f"{setup} {MEMORY_QUESTION}",
         lambda **values: largest_memory_part(evaluate(plan_of(**values))),
         sliders=dict(sliders),
         defaults=dict(defaults or {}),
@@ -215,9 +255,12 @@ def memory_exercise(
     )
 
 
+SEQ_MODEL = "qwen3-8b"
+
+
 def sequence_plan(seq: int, recompute: str) -> Plan:
     """Chapter 1's levers: Qwen3-8B on one GPU, sequences of ``seq`` tokens, recomputation ``recompute``."""
-    return Plan.create("qwen3-8b", gpus=1, seq=seq, recompute=recompute)
+    return Plan.create(SEQ_MODEL, gpus=1, seq=seq, recompute=recompute)
 
 
 def sequence_memory() -> Exercise:
@@ -228,6 +271,7 @@ def sequence_memory() -> Exercise:
         defaults={"seq": 8192, "recompute": "selective"},
         labels={"seq": "sequence s", "recompute": "recomputation"},
         texts={"seq": {2048: "2,048", 8192: "8,192", 32768: "32,768"}},
+        setup=f"{load_model(SEQ_MODEL).name} on one GPU, one sequence per micro-batch.",
     )
 
 
@@ -243,16 +287,20 @@ def zero_memory() -> Exercise:
         {"zero": [0, 1, 2, 3], "gpus": [8, 64]},
         defaults={"zero": 1, "gpus": 8},
         labels={"zero": "ZeRO stage", "gpus": "GPUs"},
+        setup="The anchor in pure data parallelism, selective recomputation.",
     )
 
 
 MOE_MODELS = {"qwen3-30b-a3b": "Qwen3-30B-A3B (MoE)", "qwen3-8b": "Qwen3-8B (dense)"}
 
 
+MOE_GPUS, MOE_SEQ = 8, 4096
+
+
 def moe_plan(model: str, zero: int) -> Plan:
-    """Chapter 10's levers: ``model`` on one node of 8 GPUs, pure DP (no EP) with ZeRO stage ``zero``, selective
-    recomputation, s = 4,096, lab page's ledger."""
-    return Plan.create(model, gpus=8, zero=zero, recompute="selective", seq=4096)
+    """Chapter 10's levers: ``model`` on one node of ``MOE_GPUS`` GPUs, pure DP (no EP) with ZeRO stage ``zero``,
+    selective recomputation, s = ``MOE_SEQ``, lab page's ledger."""
+    return Plan.create(model, gpus=MOE_GPUS, zero=zero, recompute="selective", seq=MOE_SEQ)
 
 
 def moe_memory() -> Exercise:
@@ -263,6 +311,7 @@ def moe_memory() -> Exercise:
         defaults={"model": "qwen3-30b-a3b", "zero": 3},
         labels={"model": "model", "zero": "ZeRO stage"},
         texts={"model": MOE_MODELS},
+        setup=f"On {_on(MOE_GPUS)}, pure data parallelism (no EP), selective recomputation, s = {MOE_SEQ:,}.",
     )
 
 
@@ -296,7 +345,9 @@ def dp_speedup() -> Exercise:
 
     return Exercise(
         "ch2-speedup",
-        "Double the data-parallel GPUs at the same global batch: how many times faster is the step?",
+        "The anchor in pure data parallelism (ZeRO-3, full recomputation: it fits) on the lab page's machine, "
+        f"{LAB_GPUS_PER_NODE} GPUs a node. Double the GPUs at the same global batch: how many times faster is the "
+        "step?",
         answer,
         sliders={"gpus": [8, 16, 32], "global_batch": [64, 256]},
         defaults={"gpus": 16, "global_batch": 256},
