@@ -112,3 +112,16 @@ def test_chapter9_gradient_accumulation_grows_the_gathers_and_the_reduce_scatter
             one, two = (zero.fsdp2_collectives_per_step(units, resharded, m, sync) for m in (1, 2))
             assert two["all_gathers"] == 2 * one["all_gathers"]
             assert (two["reduce_scatters"] > one["reduce_scatters"]) == sync
+
+
+def test_which_end_of_the_pipeline_peaks_depends_on_the_recomputation_and_the_depth():
+    """Chapter 8: the first stage (1F1B's in-flight micro-batches) peaks with selective recomputation at every depth;
+    with full recomputation the last stage (the head, the logits, the loss) peaks at PP 2 and 4, and the first again
+    at PP 8, where each stage's layers are fewer."""
+    ex = B.stage_peak()
+    got = {(v["pp"], v["recompute"]): ex.result(**v).value for v in ex.combinations()}
+    assert got == {
+        (2, "selective"): "the first stage", (4, "selective"): "the first stage", (8, "selective"): "the first stage",
+        (2, "full"): "the last stage", (4, "full"): "the last stage", (8, "full"): "the first stage",
+    }  # fmt: skip
+    assert ex.result(pp=4, recompute="full").explanation.endswith("stage 4: 19.26 GB (loss forward).")

@@ -54,6 +54,7 @@ __all__ = [
     "overhead_line",
     "pp_bottleneck",
     "sequence_memory",
+    "stage_peak",
     "tp_bottleneck",
     "zero_memory",
 ]
@@ -312,6 +313,55 @@ def moe_memory() -> Exercise:
         labels={"model": "model", "zero": "ZeRO stage"},
         texts={"model": MOE_MODELS},
         setup=f"On {_on(MOE_GPUS)}, pure data parallelism (no EP), selective recomputation, s = {MOE_SEQ:,}.",
+    )
+
+
+# ---------------------------------------------------------------- memory: which pipeline stage peaks
+STAGES = ("the first stage", "a middle stage", "the last stage")
+STAGE_GPUS, STAGE_TP, STAGE_BATCH = 64, 4, 256
+
+
+def stage_plan(pp: int, recompute: str) -> Plan:
+    """Chapter 8's levers: the anchor on ``STAGE_GPUS`` GPUs with TP ``STAGE_TP``, PP ``pp`` and DP the rest, ZeRO-1
+    (Megatron's distributed optimizer), recomputation ``recompute``, a global batch of ``STAGE_BATCH`` sequences, in
+    Megatron-LM's ledger and stage layout (the embedding on the first stage, the head and the loss on the last)."""
+    return Plan.create(
+        ANCHOR, gpus=STAGE_GPUS, tp=STAGE_TP, pp=pp, zero=1, recompute=recompute, global_batch=STAGE_BATCH,
+        accounting="megatron", stage_balance="max", uneven_stages=True,
+    )  # fmt: skip
+
+
+def peak_stage_name(r: Report) -> str:
+    """Which of ``STAGES`` holds the plan's allocated peak (``Report.peak_stage``)."""
+    k, last = r.peak_stage, r.plan.pp - 1
+    return STAGES[0] if k == 0 else STAGES[2] if k == last else STAGES[1]
+
+
+def stage_line(plan: Plan) -> str:
+    r = evaluate(plan)
+    parts = "; ".join(
+        f"stage {s.index + 1}: {fmt_gb(s.peak.total, 2)} ({s.peak.name})" for s in r.by_stage if s.index in
+        sorted({0, 1, plan.pp - 2, plan.pp - 1})
+    )  # fmt: skip
+    return f"{plan.dims.label()}, recompute {plan.recompute}, m = {plan.micro_batches}: {parts}."
+
+
+def stage_peak() -> Exercise:
+    """Which stage's GPU peaks highest: the first (most micro-batches in flight under 1F1B, the embedding) or the
+    last (the head, the logits and the loss's temporaries)."""
+    setup = (
+        f"The anchor on {_on(STAGE_GPUS)} with TP {STAGE_TP}, ZeRO-1, a global batch of {STAGE_BATCH} sequences, in "
+        "Megatron-LM's ledger and stage layout."
+    )
+    return Exercise(
+        "ch8-peak-stage",
+        f"{setup} Which pipeline stage's GPUs reach the highest allocated peak?",
+        lambda pp, recompute: peak_stage_name(evaluate(stage_plan(pp, recompute))),
+        sliders={"pp": [2, 4, 8], "recompute": ["selective", "full"]},
+        defaults={"pp": 4, "recompute": "full"},
+        explain=lambda pp, recompute: stage_line(stage_plan(pp, recompute)),
+        labels={"pp": "stages p", "recompute": "recomputation"},
+        choices=STAGES,
     )
 
 
