@@ -1,13 +1,13 @@
 """Predict a consequence: which part of the step becomes the bottleneck when one choice changes.
 
 The chapters' other exercises ask for a formula's value; these ask what a change does to a whole step. The reader
-moves a lever (TP across a node, the pipeline's depth against the batch, EP across a node) and predicts which of the
+moves a lever (TP's width, the pipeline's depth against the batch, EP across a node) and predicts which of the
 step-time model's terms after compute (``steptime.OVERHEADS``: TP communication, CP communication, EP all-to-all,
 pipeline sends, DP synchronisation, pipeline bubble, optimizer step) is the largest; the answer is
 ``StepTime.largest_overhead`` of the plan, priced by ``steptime.step_time`` under the ledger's engine, and the worked
 answer lists every term in seconds, largest first. Each chapter's exercise is one ``Exercise`` over a plan builder:
 
-* ``tp_bottleneck``  (chapter 4): the anchor on 16 GPUs, two nodes, as TP grows past the node;
+* ``tp_bottleneck``  (chapter 4): the anchor on 16 GPUs, two nodes, as TP grows to the node's width;
 * ``pp_bottleneck``  (chapter 5): the anchor on 32 GPUs with TP 2, the pipeline's depth against the global batch;
 * ``cp_bottleneck``  (chapter 6): Llama 3.1 8B on 64 GPUs, CP's group size against the sequence;
 * ``ep_bottleneck``  (chapter 7): Qwen3-30B-A3B on 64 GPUs as EP grows past the node.
@@ -20,7 +20,9 @@ Two other consequences, of memory and of scale:
   the ZeRO stage against the GPUs) and ``moe_memory`` (chapter 10: Qwen3-30B-A3B against the dense Qwen3-8B on one
   node, the ZeRO stage);
 * ``dp_speedup`` (chapter 2) asks how many times faster the step gets when the data-parallel replicas double at the
-  same global batch: twice as fast only while the gradient synchronisation stays hidden.
+  same global batch: twice as fast only while the gradient synchronisation stays hidden;
+* ``stage_peak`` (chapter 8) asks which end of a pipeline reaches the higher allocated peak in Megatron-LM's ledger:
+  the first stage's in-flight micro-batches, or the last stage's head, logits and loss (``STAGES``).
 
     >>> ex = pp_bottleneck()
     >>> ex.result(pp=2, global_batch=32).value, ex.result(pp=8, global_batch=32).value
