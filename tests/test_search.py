@@ -120,6 +120,12 @@ def test_kept_plans_are_valid_sorted_distinct_and_reproducible(llama16k):
 def test_format_shows_ties_and_says_why(llama16k):
     text = format_search(llama16k, 12)
     assert "plans within 3 % of a faster plan's step time share its rank" in text
+    best = llama16k.ranked[0].step.total_s
+    close = sum(1 for c in llama16k.ranked if c.step.total_s <= best * 1.10)
+    assert (
+        f"{close:,} of the {len(llama16k.ranked):,} kept plans are within 10 % of the fastest's {best:.2f} s, the "
+        "model's largest error on such a ratio: it cannot tell them apart" in text
+    )
     assert (
         "ledger fsdp2; attention flash, TP overlap none, DP overlap on, pipeline 1f1b; embedding and head on the "
         "first and last stages" in text

@@ -771,8 +771,15 @@ def format_search(result: SearchResult, top: int = 10) -> str:
             if result.band == band["value"]
             else "the band given to the search"
         ),
-        "",
     ]
+    if result.ranked:  # how many plans the model cannot tell from the fastest (the plan checker's search line)
+        u, best = ratio_uncertainty(), result.ranked[0].step.total_s
+        close = sum(1 for c in result.ranked if c.step.total_s / best - 1 <= u)
+        lines.append(
+            f"{close:,} of the {len(result.ranked):,} kept plans are within {fmt_pct(u, 0)} of the fastest's "
+            f"{best:.2f} s, the model's largest error on such a ratio: it cannot tell them apart"
+        )
+    lines.append("")
     shown = list(zip(result.tied_ranks(), result.ranked, strict=True))[:top]
     width = max([len(c.label()) for _, c in shown] + [len("plan")]) + 2
     names = {"dp_exposed_s": "dp", "optimizer_s": "optim"}
