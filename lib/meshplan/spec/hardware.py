@@ -137,8 +137,9 @@ class Hardware:
         self, gpu_memory_bytes: float | None = None, gpus_per_node: int | None = None, gpus_per_host: int | None = None
     ) -> Hardware:
         """This machine with another GPU memory, NVLink-domain size or host size (validated); unchanged when all are
-        None. A new domain size that the preset's host size does not divide takes hosts of the whole domain (an
-        8-GPU domain given to a GB200 preset is read as HGX-like nodes), unless ``gpus_per_host`` is given too."""
+        None. A new domain size that the machine's host size does not divide takes hosts of the whole domain (a
+        6-GPU domain given to the GB200 preset, whose hosts of 4 do not divide it, has hosts of 6), unless
+        ``gpus_per_host`` is given too."""
         changes: dict = {}
         if gpu_memory_bytes is not None:
             changes["gpu_memory_bytes"] = gpu_memory_bytes
