@@ -49,6 +49,7 @@ __all__ = [
     "cp_bottleneck",
     "dp_speedup",
     "ep_bottleneck",
+    "fsdp_accum_growth",
     "largest_memory_part",
     "memory_exercise",
     "memory_line",
@@ -76,9 +77,13 @@ def overhead_line(plan: Plan) -> str:
     )
 
 
-def bottleneck_exercise(
+def plan_exercise(
     exercise_id: str,
+    question: str,
     plan_of: Callable[..., Plan],
+    answer_of: Callable[[Plan], str],
+    explain_of: Callable[[Plan], str],
+    choices: Sequence[str],
     sliders: Mapping[str, Sequence[Any]],
     *,
     labels: Mapping[str, str],
@@ -86,25 +91,30 @@ def bottleneck_exercise(
     defaults: Mapping[str, Any] | None = None,
     texts: Mapping[str, Mapping[Any, str]] | None = None,
 ) -> Exercise:
-    """An exercise asking ``QUESTION`` of the plan ``plan_of(**controls)``, its fixed choices stated first (``setup``,
-    written from the plan builder's own constants); a ValueError marks a combination the library refuses, as in every
-    exercise."""
-
-    def answer(**values: Any) -> str:
-        p = plan_of(**values)
-        return step_time(evaluate(p), execution_for(p.accounting.name)).largest_overhead()
-
+    """A word-answer exercise over the plan ``plan_of(**controls)``: ``question`` asked after ``setup`` (its fixed
+    choices, written from the plan builder's own constants), answered by ``answer_of(plan)`` (one of ``choices``) and
+    explained by ``explain_of(plan)``; a ValueError marks a combination the library refuses, as in every exercise."""
     return Exercise(
         exercise_id,
-        f"{setup} {QUESTION}",
-        answer,
+        f"{setup} {question}",
+        lambda **values: answer_of(plan_of(**values)),
         sliders=dict(sliders),
         defaults=dict(defaults or {}),
-        explain=lambda **values: overhead_line(plan_of(**values)),
+        explain=lambda **values: explain_of(plan_of(**values)),
         labels=dict(labels),
         texts=dict(texts or {}),
-        choices=CHOICES,
+        choices=tuple(choices),
     )
+
+
+def largest_overhead(plan: Plan) -> str:
+    """``StepTime.largest_overhead`` of ``plan`` under its ledger's engine."""
+    return step_time(evaluate(plan), execution_for(plan.accounting.name)).largest_overhead()
+
+
+def bottleneck_exercise(exercise_id: str, plan_of: Callable[..., Plan], sliders, **kw: Any) -> Exercise:
+    """An exercise asking ``QUESTION`` of the plan ``plan_of(**controls)`` (``plan_exercise``'s keywords)."""
+    return plan_exercise(exercise_id, QUESTION, plan_of, largest_overhead, overhead_line, CHOICES, sliders, **kw)
 
 
 ANCHOR = "qwen3.8-27b"
@@ -126,7 +136,10 @@ def tp_plan(tp: int) -> Plan:
 
 
 def tp_bottleneck() -> Exercise:
-    setup = f"The anchor on {_on(TP_GPUS)}, a global batch of {TP_BATCH} sequences, ZeRO-1, selective recomputation."
+    setup = (
+        f"The anchor on {_on(TP_GPUS)}, a global batch of {TP_BATCH} sequences, ZeRO-1, selective recomputation, the "
+        "lab page's ledger."
+    )
     return bottleneck_exercise("ch4-bottleneck", tp_plan, {"tp": [1, 2, 4, 8]}, labels={"tp": "TP size t"}, setup=setup)
 
 
@@ -150,7 +163,7 @@ def pp_bottleneck() -> Exercise:
         {"pp": [2, 4, 8], "global_batch": [32, 64, 256]},
         defaults={"pp": 4, "global_batch": 64},
         labels={"pp": "stages p", "global_batch": "global batch B"},
-        setup=f"The anchor on {_on(PP_GPUS)} with TP {PP_TP}, ZeRO-1, selective recomputation.",
+        setup=f"The anchor on {_on(PP_GPUS)} with TP {PP_TP}, ZeRO-1, selective recomputation, the lab page's ledger.",
     )
 
 
@@ -169,7 +182,7 @@ def ep_plan(ep: int) -> Plan:
 def ep_bottleneck() -> Exercise:
     setup = (
         f"{load_model(EP_MODEL).name} on {_on(EP_GPUS)}, DP over all of them with EP inside it, a global batch of "
-        f"{EP_BATCH} sequences, ZeRO-1, selective recomputation."
+        f"{EP_BATCH} sequences, ZeRO-1, selective recomputation, the lab page's ledger."
     )
     return bottleneck_exercise(
         "ch7-bottleneck",
@@ -193,7 +206,7 @@ def cp_plan(cp: int, seq: int) -> Plan:
 def cp_bottleneck() -> Exercise:
     setup = (
         f"{load_model(CP_MODEL).name} on {_on(CP_GPUS)}, a global batch of {CP_BATCH} sequences, ZeRO-3, full "
-        "recomputation."
+        "recomputation, the lab page's ledger."
     )
     return bottleneck_exercise(
         "ch6-bottleneck",
@@ -234,27 +247,17 @@ def memory_line(plan: Plan) -> str:
     return f"{plan.dims.label()}, ZeRO-{plan.zero}, recompute {plan.recompute}, s = {plan.seq:,}: {parts} per GPU."
 
 
-def memory_exercise(
-    exercise_id: str,
-    plan_of: Callable[..., Plan],
-    sliders: Mapping[str, Sequence[Any]],
-    *,
-    labels: Mapping[str, str],
-    setup: str,
-    defaults: Mapping[str, Any] | None = None,
-    texts: Mapping[str, Mapping[Any, str]] | None = None,
-) -> Exercise:
-    """An exercise asking ``MEMORY_QUESTION`` of the plan ``plan_of(**controls)``, its fixed choices first."""
-    return Exercise(
+def memory_exercise(exercise_id: str, plan_of: Callable[..., Plan], sliders, **kw: Any) -> Exercise:
+    """An exercise asking ``MEMORY_QUESTION`` of the plan ``plan_of(**controls)`` (``plan_exercise``'s keywords)."""
+    return plan_exercise(
         exercise_id,
-        f"{setup} {MEMORY_QUESTION}",
-        lambda **values: largest_memory_part(evaluate(plan_of(**values))),
-        sliders=dict(sliders),
-        defaults=dict(defaults or {}),
-        explain=lambda **values: memory_line(plan_of(**values)),
-        labels=dict(labels),
-        texts=dict(texts or {}),
-        choices=MEMORY_PARTS,
+        MEMORY_QUESTION,
+        plan_of,
+        lambda p: largest_memory_part(evaluate(p)),
+        memory_line,
+        MEMORY_PARTS,
+        sliders,
+        **kw,
     )
 
 
@@ -355,15 +358,17 @@ def stage_peak() -> Exercise:
         f"The anchor on {_on(STAGE_GPUS)} with TP {STAGE_TP}, ZeRO-1, a global batch of {STAGE_BATCH} sequences, in "
         "Megatron-LM's ledger and stage layout."
     )
-    return Exercise(
+    return plan_exercise(
         "ch8-peak-stage",
-        f"{setup} Which pipeline stage's GPUs reach the highest allocated peak?",
-        lambda pp, recompute: peak_stage_name(evaluate(stage_plan(pp, recompute))),
-        sliders={"pp": [2, 4, 8], "recompute": ["selective", "full"]},
+        "Which pipeline stage's GPUs reach the highest allocated peak?",
+        stage_plan,
+        lambda p: peak_stage_name(evaluate(p)),
+        stage_line,
+        STAGES,
+        {"pp": [2, 4, 8], "recompute": ["selective", "full"]},
         defaults={"pp": 4, "recompute": "full"},
-        explain=lambda pp, recompute: stage_line(stage_plan(pp, recompute)),
         labels={"pp": "stages p", "recompute": "recomputation"},
-        choices=STAGES,
+        setup=setup,
     )
 
 
@@ -397,9 +402,9 @@ def dp_speedup() -> Exercise:
 
     return Exercise(
         "ch2-speedup",
-        "The anchor in pure data parallelism (ZeRO-3, full recomputation: it fits) on the lab page's machine, "
-        f"{LAB_GPUS_PER_NODE} GPUs a node. Double the GPUs at the same global batch: how many times faster is the "
-        "step?",
+        "The anchor in pure data parallelism (ZeRO-3, full recomputation: it fits), the lab page's machine and "
+        f"ledger, {LAB_GPUS_PER_NODE} GPUs a node. Double the GPUs at the same global batch: how many times faster "
+        "is the step?",
         answer,
         sliders={"gpus": [8, 16, 32], "global_batch": [64, 256]},
         defaults={"gpus": 16, "global_batch": 256},
@@ -408,3 +413,28 @@ def dp_speedup() -> Exercise:
         explain=explain,
         labels={"gpus": "from N GPUs", "global_batch": "global batch B"},
     )
+
+
+# ---------------------------------------------------------------- FSDP2 with gradient accumulation (chapter 9)
+GROWS = ("all-gathers only", "reduce-scatters only", "all-gathers and reduce-scatters", "neither")
+
+
+def fsdp_accum_counts(
+    units: Sequence[int], reshard: bool | None, sync_every: bool, micro_batches: int
+) -> tuple[int, int]:
+    """(all-gathers, reduce-scatters) of one FSDP2 step over ``units`` (their parameter counts, root first) with
+    ``reshard_after_forward=reshard`` (None: FSDP2's default) and the gradients synchronised after every backward or
+    only the last (``zero.fsdp2_collectives_per_step``, the formula the gloo runs match)."""
+    from meshplan.parallel import zero
+    from meshplan.realrun import predict
+
+    c = zero.fsdp2_collectives_per_step(units, predict.fsdp2_resharded(len(units), reshard), micro_batches, sync_every)
+    return c["all_gathers"], c["reduce_scatters"]
+
+
+def fsdp_accum_growth(units: Sequence[int], reshard: bool | None, sync_every: bool) -> str:
+    """Which of FSDP2's collectives grow in number from one micro-batch per step to two (one of ``GROWS``)."""
+    (ag1, rs1), (ag2, rs2) = (fsdp_accum_counts(units, reshard, sync_every, m) for m in (1, 2))
+    return {(True, True): GROWS[2], (True, False): GROWS[0], (False, True): GROWS[1], (False, False): GROWS[3]}[
+        (ag2 > ag1, rs2 > rs1)
+    ]
