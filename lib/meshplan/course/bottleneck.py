@@ -35,8 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from meshplan.core.units import fmt_gb
+from meshplan.parallel import zero
 from meshplan.plan import Plan, Report, evaluate
 from meshplan.plan.reporting import link_name
+from meshplan.realrun import predict
 from meshplan.spec.hardware import load_hardware
 from meshplan.spec.model import load_model
 from meshplan.steptime import OVERHEADS, execution_for, step_time
@@ -425,9 +427,6 @@ def fsdp_accum_counts(
     """(all-gathers, reduce-scatters) of one FSDP2 step over ``units`` (their parameter counts, root first) with
     ``reshard_after_forward=reshard`` (None: FSDP2's default) and the gradients synchronised after every backward or
     only the last (``zero.fsdp2_collectives_per_step``, the formula the gloo runs match)."""
-    from meshplan.parallel import zero
-    from meshplan.realrun import predict
-
     c = zero.fsdp2_collectives_per_step(units, predict.fsdp2_resharded(len(units), reshard), micro_batches, sync_every)
     return c["all_gathers"], c["reduce_scatters"]
 
