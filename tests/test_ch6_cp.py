@@ -315,7 +315,7 @@ def test_plan_it_yourself(anchor):
 
 def test_the_search_agrees(anchor):
     result = search.search(anchor, 64, LONG, 1, max_cp=64)
-    assert (fmt_int(result.enumerated), fmt_int(len(result.ranked))) == ("6,435", "132")
+    assert (fmt_int(result.enumerated), fmt_int(len(result.ranked))) == ("9,855", "132")
     top = result.ranked[0]
     assert (top.plan.dims.label(), top.plan.zero, top.plan.recompute, fmt_gb(top.report.memory_bytes["total"])) == (
         "TP 4 × CP 16",

@@ -314,7 +314,9 @@ def test_cli_export():
         "--uneven-stages",
     )
     assert out.returncode == 0, out.stderr
-    plan = PLANS["llama405b_uneven_zero2_full_v1"]().replace(stage_balance="max")  # torchtitan's stage layout
+    # torchtitan's stage layout and rank order (the command line's defaults for its ledger: no mesh-order note)
+    plan = PLANS["llama405b_uneven_zero2_full_v1"]().replace(stage_balance="max", order="tp-cp-ep-dp-pp")
+    assert "mesh" not in out.stdout.split("[")[0]
     assert out.stdout == (
         f"# {price_note(engine_plan(plan, 'torchtitan', 'fsdp2'))}\n# {TORCHTITAN_VERSION_NOTE}\n"
         + toml(*torchtitan(plan))

@@ -92,7 +92,7 @@ def test_a_search_beyond_what_it_can_price_is_refused_up_front(monkeypatch):
     with pytest.raises(MeshplanError) as err:
         search("qwen3.8-27b", gpus=64, seq=4096, global_batch=64)
     assert str(err.value) == (
-        "gpus=64: the search of qwen3.8-27b would enumerate 6,399 plans (79 mesh shapes of 5 TP, 6 CP, 7 PP sizes, "
+        "gpus=64: the search of qwen3.8-27b would enumerate 9,819 plans (79 mesh shapes of 5 TP, 6 CP, 7 PP sizes, "
         "each with every ZeRO stage, micro-batch size, virtual stage count and recompute mode), more than the 1,000 it "
         "can price in seconds; narrow it (zero_stages, recompute, micro_batch_sizes, virtual_stages, max_cp)"
     )

@@ -39,7 +39,7 @@ from meshplan.realrun import format_table, validate
 from meshplan.schedule import KINDS, format_timeline, simulate
 from meshplan.search import format_search, search
 from meshplan.spec.accounting import LEDGERS, get_accounting
-from meshplan.spec.dims import DEFAULT_ORDER, MAX_GPUS, parse_order
+from meshplan.spec.dims import MAX_GPUS, parse_order
 from meshplan.spec.hardware import Hardware, available_hardware, load_hardware
 from meshplan.steptime import execution_for
 from meshplan.steptime.calibrate import FITTABLE, calibrate, hardware_document
@@ -234,7 +234,11 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
     )
     p.add_argument("--virtual-stages", type=_int("virtual-stages", MAX_VIRTUAL_STAGES), default=1)
     p.add_argument(
-        "--order", type=_order, default=DEFAULT_ORDER, help="mesh axes from inner to outer, e.g. tp-cp-pp-dp"
+        "--order",
+        type=_order,
+        default=None,
+        help="mesh axes from inner to outer, e.g. tp-cp-pp-dp (default: the ledger's engine's order, tp-cp-ep-dp-pp "
+        "for the engine ledgers and exports, tp-cp-pp-dp for the lab's)",
     )
     p.add_argument("--no-sp", action="store_true", help="switch sequence parallelism off")
     p.add_argument(
@@ -273,7 +277,7 @@ def plan_from_args(args: argparse.Namespace, ledger: str | None = None) -> Plan:
         micro_batches=args.micro_batches,
         global_batch=args.global_batch,
         virtual_stages=args.virtual_stages,
-        order=args.order,
+        order=args.order or get_accounting(ledger or accounting).order,
         hardware=args.hardware,
         gpus_per_node=args.gpus_per_node,
         gpus_per_host=args.gpus_per_host,
@@ -339,7 +343,13 @@ def _add_search(sub) -> None:
     )
     p.add_argument("--top", type=_int("top", 10**6), default=10)
     _precision_option(p)
-    p.add_argument("--order", type=_order, default=DEFAULT_ORDER)
+    p.add_argument(
+        "--order",
+        type=_order,
+        default=None,
+        help="mesh axes from inner to outer (default: the ledger's engine's order, tp-cp-ep-dp-pp for the engine "
+        "ledgers, tp-cp-pp-dp for the lab's)",
+    )
     p.add_argument(
         "--pipeline",
         choices=("1f1b", "dualpipe"),

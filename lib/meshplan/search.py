@@ -37,7 +37,7 @@ on its own). A search that would enumerate more than ``MAX_PLANS`` plans is refu
     >>> round(best.step.total_s, 2), round(best.mfu(), 3)        # MFU against the machine's dense bf16 peak
     (1.3, 0.508)
     >>> r.tied_ranks()[:6]                                        # within 3 % of a faster plan: the same rank
-    [1, 2, 3, 3, 3, 3]
+    [1, 2, 2, 2, 5, 6]
 """
 
 from __future__ import annotations
@@ -99,9 +99,12 @@ ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
 MICRO_BATCH_SIZES = (1, 2, 4)
 VIRTUAL_STAGES = (1, 2, 4)
+# virtual_stages="layers": every count the stage's layers allow (``virtual_stage_counts``), the search's default
+AUTO_VIRTUAL_STAGES = "layers"
 BALANCES = ("even", "max")  # Plan.stage_balance
-# The most plans one search enumerates. Every shipped model stays below it at any GPU count up to MAX_GPUS (the
-# divisors saturate: DeepSeek-V3 enumerates 155,520 from 131,072 GPUs on, Llama 3.1 405B 20,520); a model with more
+# The most plans one search enumerates. Every shipped model stays below it at every power-of-two GPU count up to
+# MAX_GPUS (the divisors saturate: Qwen3-30B-A3B enumerates 190,080 at 1,048,576 GPUs, DeepSeek-V3 126,360); a GPU
+# count with more divisors (2,304 = 2⁸ · 9: 623,988 plans of Qwen3-30B-A3B, 402,876 of DeepSeek-V3), a model with more
 # experts or layers can exceed it, and is refused with the sizes that multiply into the count (``_too_many``).
 MAX_PLANS = 200_000
 # The step-time model charges CP's K/V ring only where it outlasts the attention compute (and its latency), and
@@ -127,6 +130,7 @@ __all__ = [
     "step_time",
     "tie_band",
     "tied_ranks",
+    "virtual_stage_counts",
 ]
 
 
@@ -241,6 +245,7 @@ class SearchResult:
     execution: Execution = field(default_factory=Execution)
     stage_balance: str = "even"
     precision: str = "bf16"
+    order: str = DEFAULT_ORDER
 
     def tied_ranks(self) -> list[int]:
         """The displayed rank of each kept plan: plans within ``band`` of a faster plan's step time share its rank."""
@@ -322,6 +327,27 @@ describe = plan_label  # 'TP 8 × PP 16 × DP 128 · ZeRO-1 · selective · b 1 
 
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def virtual_stage_counts(num_layers: int, pp: int, layers_per_stage: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """Every virtual-stage count v (chunks per pipeline rank) the layers allow, the search's default
+    (``virtual_stages="layers"``): with equal stages of L/pp layers, each divisor v of L/pp, chunks of L/(pp·v)
+    layers, as Megatron-LM's ``--num-layers-per-virtual-pipeline-stage`` needs them (the published recipes run
+    v = 7 for Llama 3.1 405B on PP 9, 12 for Nemotron-4 340B on PP 8: one or two layers per chunk); with uneven
+    stages (``spread_layers``), the divisors of every stage's count, and 2 and 4 where every stage has that many
+    layers, as ``Plan`` accepts them. 1 alone without pipeline parallelism.
+
+        >>> virtual_stage_counts(126, 9), virtual_stage_counts(96, 8)
+        ((1, 2, 7, 14), (1, 2, 3, 4, 6, 12))
+        >>> virtual_stage_counts(126, 16, spread_layers(126, 16))
+        (1, 2, 4)
+    """
+    if pp == 1 or (layers_per_stage is None and num_layers % pp):
+        return (1,)
+    if layers_per_stage is None:
+        return tuple(_divisors(num_layers // pp, num_layers))
+    common = math.gcd(*layers_per_stage)
+    return tuple(sorted({*_divisors(common, common), *(v for v in (2, 4) if v <= min(layers_per_stage))}))
 
 
 def _check_choices(name: str, values, allowed) -> tuple:
@@ -631,7 +657,7 @@ def search(
     global_batch: int,
     gpus_per_node: int | None = None,
     gpu_memory_bytes: float | None = None,
-    order: str = DEFAULT_ORDER,
+    order: str | None = None,
     max_cp: int = 32,
     min_seq_per_cp_rank: int = MIN_SEQ_PER_CP_RANK,
     uneven_stages: bool = True,
@@ -640,7 +666,7 @@ def search(
     zero_stages=ZERO_STAGES,
     recompute=RECOMPUTE,
     micro_batch_sizes=MICRO_BATCH_SIZES,
-    virtual_stages=VIRTUAL_STAGES,
+    virtual_stages=AUTO_VIRTUAL_STAGES,
     execution: Execution | None = None,
     band: float | None = None,
     stage_balance: str | None = None,
@@ -654,9 +680,14 @@ def search(
     stored ``tie_band()``) sets which step times count as ties. ``stage_balance`` places what lies outside the
     decoder layers (``Plan.stage_balance``); default: where the ledger's engine places it (``stage_balance_for``:
     the embedding on the first stage and the head on the last for the engine ledgers, spread evenly for the lab's).
-    ``precision`` (``Plan.precision``: bf16, fp8, mxfp8) is the GEMM format every candidate trains in; a precision the
-    machine or the ledger refuses (``construct.precision_refusal``) is a PlanError naming ``precision``.
+    ``order`` (default: the ledger's engine's rank order, ``Accounting.order``: Megatron-LM's ``tp-cp-ep-dp-pp`` for
+    the engine ledgers, which keeps EP inside the NVLink domain before DP, ``tp-cp-pp-dp`` for the lab's) is the
+    mesh order of every candidate. ``precision`` (``Plan.precision``: bf16, fp8, mxfp8) is the GEMM format every
+    candidate trains in; a precision the machine or the ledger refuses (``construct.precision_refusal``) is a
+    PlanError naming ``precision``.
 
+    ``virtual_stages``: by default (``"layers"``) every count the stage's layers allow (``virtual_stage_counts``),
+    or the counts given (each tried on every pipeline shape, and rejected where the layers do not split).
     Duplicates are not enumerated: ZeRO stages > 0 only when dp × cp > 1, virtual stages > 1 only with
     pp > 1, EP > 1 only for MoE models. Every argument is validated as ``Plan.create`` validates it (a
     ``MeshplanError``, a ValueError, naming it): the GPU count and order by ``ParallelDims``, the sequence by
@@ -665,6 +696,8 @@ def search(
     (``_Pricer``; the tests hold them to it).
     """
     spec = load_model(model)
+    acc = get_accounting(accounting)
+    order = acc.order if order is None else order
     ParallelDims.from_gpus(gpus, order=order)  # the GPU count, then the order, as Plan.create checks them
     Workload(seq)
     check_count("global_batch", global_batch, MAX_GLOBAL_BATCH)
@@ -672,7 +705,6 @@ def search(
     check_non_negative_int("min_seq_per_cp_rank", min_seq_per_cp_rank)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node, gpus_per_host)
-    acc = get_accounting(accounting)
     ex = execution_for(acc.name) if execution is None else execution
     if not isinstance(ex, Execution):
         raise MeshplanError(f"execution={execution!r} must be a steptime.Execution", "execution")
@@ -690,20 +722,31 @@ def search(
     zero_stages = _check_choices("zero_stages", zero_stages, ZERO_STAGES)
     recompute = _check_choices("recompute", recompute, (*RECOMPUTE_MODES, OP_RECOMPUTE))
     micro_batch_sizes = tuple(check_count("micro_batch_sizes entry", b) for b in micro_batch_sizes)
-    virtual_stages = tuple(check_count("virtual_stages entry", v) for v in virtual_stages)
-    if not micro_batch_sizes or not virtual_stages:
+    auto = isinstance(virtual_stages, str)
+    if auto and virtual_stages != AUTO_VIRTUAL_STAGES:
+        raise MeshplanError(
+            f"virtual_stages={virtual_stages!r} must be {AUTO_VIRTUAL_STAGES!r} (every count the layers allow) or a "
+            "sequence of counts",
+            "virtual_stages",
+        )
+    virtual_stages = () if auto else tuple(check_count("virtual_stages entry", v) for v in virtual_stages)
+    if not micro_batch_sizes or not (auto or virtual_stages):
         raise MeshplanError("micro_batch_sizes and virtual_stages need at least one value each", "micro_batch_sizes")
+    L = spec.num_layers
     shapes = _shapes(spec, gpus, gpn, max_cp)
+    layouts = {pp: None if L % pp == 0 or not uneven_stages else spread_layers(L, pp) for pp in {s[2] for s in shapes}}
+    vs_of = {
+        pp: virtual_stage_counts(L, pp, lps) if auto else virtual_stages if pp > 1 else (1,)
+        for pp, lps in layouts.items()
+    }
     n = add_up(
-        len(eps) * (len(zero_stages) if dp * cp > 1 else 1) * (len(virtual_stages) if pp > 1 else 1)
-        for _, cp, pp, dp, eps in shapes
+        len(eps) * (len(zero_stages) if dp * cp > 1 else 1) * len(vs_of[pp]) for _, cp, pp, dp, eps in shapes
     ) * (len(micro_batch_sizes) * len(recompute))
     if n > MAX_PLANS:
         raise MeshplanError(_too_many(spec, gpus, n, shapes), "gpus")
-    L = spec.num_layers
     pricer = _Pricer(spec, hw, acc, ex, balance, _prune, recompute, precision)
     for tp, cp, pp, dp, eps in shapes:
-        lps = None if L % pp == 0 or not uneven_stages else spread_layers(L, pp)
+        lps = layouts[pp]
         # the search's own policies, which are not rules of a plan
         policy: Reason | None = None
         if tp > gpn:
@@ -722,7 +765,7 @@ def search(
             pricer.expert_shape()
             for zero in zero_stages if dp * cp > 1 else (0,):
                 for b in micro_batch_sizes:
-                    for v in virtual_stages if pp > 1 else (1,):
+                    for v in vs_of[pp]:
                         workload = works[b]
                         reason = policy or (_reason(workload) if isinstance(workload, PlanError) else None)
                         if reason is not None:
@@ -748,7 +791,19 @@ def search(
         )
     )
     return SearchResult(
-        spec, gpus, seq, global_batch, tuple(ranked), tuple(pricer.rejected), n, band, acc.name, ex, balance, precision
+        spec,
+        gpus,
+        seq,
+        global_batch,
+        tuple(ranked),
+        tuple(pricer.rejected),
+        n,
+        band,
+        acc.name,
+        ex,
+        balance,
+        precision,
+        order,
     )
 
 
@@ -760,8 +815,9 @@ def format_search(result: SearchResult, top: int = 10) -> str:
     lines = [
         f"{result.model.name} on {result.gpus:,} GPUs, s = {result.seq:,}, global batch {result.global_batch:,} "
         f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
-        f"ledger {result.accounting}; attention {ex.attention}, TP overlap {ex.tp_overlap}, DP overlap "
-        f"{'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}; embedding and head "
+        f"ledger {result.accounting}; rank order {result.order} (inner to outer); attention {ex.attention}, "
+        f"TP overlap {ex.tp_overlap}, DP overlap {'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}; "
+        "embedding and head "
         + ("on the first and last stages" if result.stage_balance == "max" else "spread over the stages")
         + ("" if result.precision == "bf16" else f"; {result.precision} GEMMs (attention and the output head in bf16)"),
         f"plans within {fmt_pct(result.band, 0)} of a faster plan's step time share its rank: "

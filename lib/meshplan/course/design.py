@@ -294,12 +294,20 @@ def narayanan_bubbles() -> dict[str, float]:
 
 # ---------------------------------------------------------------- the checklist
 def setting_plan(
-    model: Any, gpus: int, seq: int, setting: Mapping[str, Any], *, hardware: Any = None, ledger: str = "lab"
+    model: Any,
+    gpus: int,
+    seq: int,
+    setting: Mapping[str, Any],
+    *,
+    hardware: Any = None,
+    ledger: str = "lab",
+    order: str | None = None,
 ) -> Plan:
     """The plan a checklist setting describes: ``plan_checklist``'s controls (tp, cp, pp, zero, recompute, b, m, and
     ledger if the setting has one, else ``ledger``) on ``gpus`` GPUs for sequences of ``seq`` tokens, DP what is left,
     uneven stages allowed (the engines' ``--decoder-first/last-pipeline-num-layers``), the stages laid out as the
-    ledger's engine lays them out (``Accounting.stage_balance``), as the search prices them."""
+    ledger's engine lays them out (``Accounting.stage_balance``), its ranks in the engine's order
+    (``Accounting.order``, unless ``order`` is given), as the search prices them."""
     accounting = get_accounting(setting.get("ledger", ledger))
     return Plan.create(
         model,
@@ -315,6 +323,7 @@ def setting_plan(
         hardware=hardware,
         accounting=accounting,
         stage_balance=accounting.stage_balance,
+        order=accounting.order if order is None else order,
         uneven_stages=True,
     )
 
@@ -386,9 +395,9 @@ def plan_checklist(
     def dims(tp: int, cp: int, pp: int) -> ParallelDims:
         return ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp)
 
-    def plan(tp, cp, pp, zero, recompute, b, m, ledger) -> Plan:
+    def plan(tp, cp, pp, zero, recompute, b, m, ledger, order=None) -> Plan:
         setting = {"tp": tp, "cp": cp, "pp": pp, "zero": zero, "recompute": recompute, "b": b, "m": m}
-        return setting_plan(spec, gpus, seq, setting, hardware=machine, ledger=ledger)
+        return setting_plan(spec, gpus, seq, setting, hardware=machine, ledger=ledger, order=order)
 
     only = ledgers[0]
 
@@ -401,8 +410,10 @@ def plan_checklist(
     def tp_check(**v) -> Line:
         return tp_line(dims(v["tp"], v["cp"], v["pp"]), machine.gpus_per_node)
 
-    def links(**v) -> Line:  # the mesh, and CP's exposure (the same in every ledger's execution)
-        return links_line(plan(v["tp"], v["cp"], v["pp"], 0, v["recompute"], v["b"], v["pp"], "lab"))
+    def links(**v) -> Line:  # the mesh in the ledger's engine's rank order, and CP's exposure (the lab's plan: the
+        # engines' refusals are the memory line's)
+        order = get_accounting(lg(v)).order
+        return links_line(plan(v["tp"], v["cp"], v["pp"], 0, v["recompute"], v["b"], v["pp"], "lab", order))
 
     def bubble(**v) -> Line:
         return bubble_line(v["pp"], v["m"])
@@ -423,7 +434,7 @@ def plan_checklist(
     checks = [
         Check(NAMES["memory"], _reading((*shape, "zero", "recompute", "b", *led), memory)),
         Check(NAMES["tp"], _reading(shape, tp_check)),
-        Check(NAMES["links"], _reading((*shape, "recompute", "b"), links)),
+        Check(NAMES["links"], _reading((*shape, "recompute", "b", *led), links)),
         Check(NAMES["bubble"], _reading(("pp", "m"), bubble)),
         Check(NAMES["batch"], _reading((*shape, "b", "m"), batch)),
         Check(NAMES["search"], _reading((*shape, "zero", "recompute", "b", *led), ranked)),

@@ -60,6 +60,7 @@ from meshplan.core.collectives import (
 from meshplan.core.resources import read_json
 from meshplan.core.units import add_up
 from meshplan.core.validation import LedgerError
+from meshplan.spec.dims import DEFAULT_ORDER, MEGATRON_ORDER
 
 
 @dataclass(frozen=True)
@@ -244,6 +245,18 @@ class Accounting:
         Megatron-LM, torchtitan's pipeline split and DeepSpeed's ``PipelineModule`` place them; ``"even"`` for the lab
         page's ledger, which spreads them over the stages."""
         return "even" if self.name == "lab" else "max"
+
+    @property
+    def order(self) -> str:
+        """The rank order the ledger's engine builds its mesh in (``ParallelDims.order``, inner to outer), which
+        decides which groups stay inside an NVLink domain: the lab page's Llama 3 order ``tp-cp-pp-dp`` (its
+        Figure 5) for the lab ledger; for the engines ``tp-cp-ep-dp-pp``, Megatron-LM's default rank order
+        (``default_order`` in ``data/engines/megatron-lm.json``; ``--use-tp-pp-dp-mapping`` switches to
+        tp-cp-ep-pp-dp), torchtitan's mesh ``["pp", "dp_replicate", "dp_shard", "cp", "tp"]`` outermost first
+        (``export.TORCHTITAN_ORDER``) with its EP groups cut from the inner DP × CP ranks, and DeepSpeed's
+        ``PipeModelDataParallelTopology`` axes ``["pipe", "data", "model"]`` outermost first, its expert groups
+        contiguous data-parallel ranks. ``search`` and the command line use it unless an order is given."""
+        return DEFAULT_ORDER if self.name == "lab" else MEGATRON_ORDER
 
     def with_bytes_per_param(self, bpp: BytesPerParam) -> Accounting:
         """This convention with other model-state terms (e.g. ``MEGATRON_BPP``'s fp32 gradients)."""
