@@ -254,8 +254,10 @@ class Accounting:
         (``default_order`` in ``data/engines/megatron-lm.json``; ``--use-tp-pp-dp-mapping`` switches to
         tp-cp-ep-pp-dp), torchtitan's mesh ``["pp", "dp_replicate", "dp_shard", "cp", "tp"]`` outermost first
         (``export.TORCHTITAN_ORDER``) with its EP groups cut from the inner DP × CP ranks, and DeepSpeed's
-        ``PipeModelDataParallelTopology`` axes ``["pipe", "data", "model"]`` outermost first, its expert groups
-        contiguous data-parallel ranks. ``search`` and the command line use it unless an order is given."""
+        ``PipeModelDataParallelTopology`` axes ``["pipe", "data", "model"]`` outermost first
+        (``deepspeed/runtime/pipe/topology.py`` L244-L248 at v0.19.8), its expert groups runs of contiguous ranks
+        (``deepspeed/utils/groups.py`` L462-L463, the default ``use_data_before_expert_parallel_=False``).
+        ``search`` and the command line use it unless an order is given."""
         return DEFAULT_ORDER if self.name == "lab" else MEGATRON_ORDER
 
     def with_bytes_per_param(self, bpp: BytesPerParam) -> Accounting:
