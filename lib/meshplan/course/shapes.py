@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
+from meshplan.core.resources import read_json
 from meshplan.course.design import placement
 from meshplan.plan import Plan
 from meshplan.search import SHAPE, Candidate, SearchResult, search
@@ -34,7 +35,20 @@ TOP = 5  # the issue's bar: a published shape belongs among the search's five fa
 # the pipeline schedule a run used where it is not the ledger's 1F1B (DeepSeek-V3's report, §3.2.1: DualPipe)
 PIPELINE = {"deepseek-v3-pretraining": "dualpipe"}
 
-__all__ = ["PIPELINE", "TOP", "ShapeRank", "published_plans", "shape_rank", "shape_ranks"]
+__all__ = ["PIPELINE", "TOP", "ShapeRank", "published_plans", "recipe_settings", "shape_rank", "shape_ranks"]
+
+
+def recipe_settings(run_id: str) -> tuple[dict, ...]:
+    """The memory settings of a published run's recipe that its engine's ledger does not price (``recipe_settings``
+    of ``data/published_fp8_runs.json``: NVIDIA's performance recipes reduce gradients in bf16, keep FP8 parameters,
+    fuse the cross-entropy in Transformer Engine, and offload activations in one GB200 preset), each with the
+    recipe's words, what the ledger prices instead and the source line.
+
+        >>> [x["setting"] for x in recipe_settings("bridge-25.11-gb200-fp8-llama3-70b")][-1]
+        'activations of 40 layers offloaded to the CPU'
+    """
+    rows = read_json("published_fp8_runs.json").get("recipe_settings", [])
+    return tuple(x for x in rows if run_id.startswith(x["id_prefix"]))
 
 
 @dataclass(frozen=True)
