@@ -165,6 +165,8 @@ def megatron_plan_kwargs(text: str, model: str) -> dict:
         # Megatron's defaults: dropout 0.1 for both (transformer_config.py L181-L184), its own attention choice
         "dropout": _same_dropout(f),
         "attention_backend": "unfused" if f.get("--attention-backend") == "unfused" else "flash",
+        # --bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16 (arguments.py L1190-L1193)
+        **({"grad_dtype": "bf16"} if "--grad-reduce-in-bf16" in f else {}),
     }
 
 
@@ -281,7 +283,7 @@ def read_back(text: str, fmt: str, plan: Plan, ledger: str | None) -> Plan:
     return Plan.create(
         plan.model,
         hardware=plan.hardware,
-        accounting=plan.accounting if ledger is None else ledger,
+        accounting=plan.accounting.name if ledger is None else ledger,  # the ledger the header names
         stage_balance=plan.stage_balance,
         kv_replication=plan.kv_replication,
         **kw,
@@ -345,6 +347,8 @@ def exported(draw):
         "stage_balance": rnd.choice(["even", "max"]),
     }
     ledger = rnd.choice([None, "megatron", "fsdp2", "deepspeed", ENGINE_LEDGER[fmt], ENGINE_LEDGER[fmt]])
+    if kw["accounting"] == "megatron" and kw["zero"] < 2 and rnd.random() < 0.3:
+        kw["grad_dtype"] = "bf16"  # Megatron-LM's --grad-reduce-in-bf16
     return kw, fmt, ledger
 
 

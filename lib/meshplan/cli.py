@@ -218,6 +218,14 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
         help="attention and hidden dropout (Megatron's --attention-dropout and --hidden-dropout; its default is 0.1, "
         "the export writes the value priced); above 0 the megatron ledger keeps the dropout masks",
     )
+    p.add_argument(
+        "--grad-dtype",
+        choices=("fp32", "bf16"),
+        default=None,
+        help="the gradients' dtype (default: the ledger's; megatron: fp32, as --bf16 forces; bf16 is Megatron-LM's "
+        "--grad-reduce-in-bf16, which NVIDIA's performance recipes use: half the gradient memory and the gradient "
+        "reduction's bytes, ZeRO 0 and 1)",
+    )
     p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
     p.add_argument("--micro-batch-size", type=_int("micro-batch-size", MAX_MICRO_BATCH_SIZE), default=1)
     p.add_argument(
@@ -288,6 +296,7 @@ def plan_from_args(args: argparse.Namespace, ledger: str | None = None) -> Plan:
         accounting=accounting,
         precision=args.precision,
         attention_backend=args.attention_backend,
+        grad_dtype=args.grad_dtype,
         dropout=args.dropout,
     )
 

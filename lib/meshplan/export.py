@@ -379,6 +379,10 @@ def megatron(plan: Plan, master: str = "$MASTER_ADDR:29500") -> MegatronExport:
         ("--global-batch-size", plan.global_batch),
         ("--bf16", None),
     ]
+    # gradients in bf16 as priced (Plan.grad_dtype): --bf16 accumulates and reduces them in fp32 unless
+    # --grad-reduce-in-bf16 (arguments.py L1190-L1193 and L2905 at core_v0.19.0)
+    if plan.accounting.grad_reduce_bf16:
+        flags.append(("--grad-reduce-in-bf16", None))
     # FP8 through Transformer Engine (TransformerConfig.fp8 / fp8_recipe at core_v0.19.0, transformer_config.py
     # L566-L578: the argument --fp8-format, the recipe 'delayed' by default): E4M3 forward, E5M2 gradients
     # ('hybrid'), per-tensor current scaling ('tensorwise', what the step time's FP8 runs use, Megatron-Bridge's
@@ -434,6 +438,12 @@ def _torchtitan_runs(plan: Plan) -> tuple[dict, tuple[str, ...]]:
         notes.append(
             f"torchtitan's mesh is pp, dp, cp, tp from outer to inner (order {TORCHTITAN_ORDER!r}, "
             f"torchtitan/distributed/parallel_dims.py L136-L139), not {plan.order!r}: priced in its order"
+        )
+    if plan.accounting.grad_reduce_bf16:  # a Megatron-LM flag the TOML cannot carry
+        changes["grad_dtype"] = "fp32"
+        notes.append(
+            "torchtitan has no --grad-reduce-in-bf16: it reduces gradients in fp32 (mixed_precision_reduce's "
+            "default), priced so"
         )
     if plan.tp > 1 and not plan.sequence_parallel:
         changes["sp"] = None
@@ -577,8 +587,10 @@ def engine_plan(plan: Plan, fmt: str, ledger: str | None = None) -> Plan:
     if fmt not in FORMATS:
         raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
     changes = _torchtitan_runs(plan)[0] if fmt == "torchtitan" else {}
-    if ledger is not None:
+    if ledger is not None and ledger != plan.accounting.name:  # the plan's own ledger keeps its choices (grad_dtype)
         changes["accounting"] = ledger
+        if plan.accounting.grad_reduce_bf16 and fmt == "megatron":  # the command keeps --grad-reduce-in-bf16
+            changes["grad_dtype"] = "bf16"  # priced so, or refused by a ledger without the choice
     return plan.replace(**changes) if changes else plan
 
 

@@ -178,6 +178,11 @@ class StageStep:
             FSDP × EP ranks outnumber the experts, ``torchtitan/distributed/fsdp.py`` in 0.3.0).
         loss_parallel: the loss is computed on vocabulary shards as a DTensor (torchtitan with TP,
             ``torch.distributed.tensor.parallel.loss_parallel``).
+        optimizer_grad_copy: bytes the optimizer step allocates for an fp32 copy of its gradients: Megatron-LM with
+            bf16 gradients (``--grad-reduce-in-bf16``) sets each fp32 main parameter's ``.grad`` to
+            ``shard_model_grad.float()`` (``megatron/core/optimizer/distrib_optimizer.py`` L2782 at core_v0.19.0),
+            4 bytes for every parameter the GPU's optimizer updates; 0 with fp32 gradients, whose ``.float()``
+            is the buffer itself.
     """
 
     engine: str
@@ -211,6 +216,7 @@ class StageStep:
     mlp_weight_grads: float = 0.0
     gather_kept: bool = False
     loss_parallel: bool = False
+    optimizer_grad_copy: float = 0.0
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -378,7 +384,7 @@ def step_moments(s: StageStep) -> tuple[Moment, ...]:
                     temporaries=work + full,
                 )
             )
-        out.append(_moment("optimizer step", base))
+        out.append(_moment("optimizer step", base, temporaries=s.optimizer_grad_copy))
         return tuple(out)
 
     # deepspeed (transformers models, so transformers' loss)

@@ -251,6 +251,7 @@ class Plan:
         precision: str = "bf16",
         attention_backend: str = "flash",
         dropout: float = 0.0,
+        grad_dtype: str | None = None,
     ) -> Plan:
         """A plan from a model name, path or spec and flat settings.
 
@@ -260,6 +261,8 @@ class Plan:
         page's machine); ``gpus_per_node`` (the NVLink domain), ``gpus_per_host`` (the launchers' host) and
         ``gpu_memory_bytes`` override it. ``uneven_stages``: when pp does not
         divide the layers, spread them ends-lighter (``stages.spread_layers``) instead of refusing.
+        ``grad_dtype`` (``"fp32"`` or ``"bf16"``; None: the ledger's own) sets the gradients' dtype where the engine
+        lets it be chosen (``Accounting.with_grad_dtype``: Megatron-LM's ``--grad-reduce-in-bf16``).
         """
         spec = load_model(model)
         dims = ParallelDims.from_gpus(gpus, tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, expert_tp=expert_tp, order=order)
@@ -279,6 +282,8 @@ class Plan:
         acc = get_accounting(accounting)
         if bytes_per_param is not None:
             acc = acc.with_bytes_per_param(bytes_per_param)
+        if grad_dtype is not None:
+            acc = acc.with_grad_dtype(grad_dtype)
         if uneven_stages and layers_per_stage is None and spec.num_layers % pp:
             layers_per_stage = spread_layers(spec.num_layers, pp)
         return cls(
@@ -340,7 +345,7 @@ class Plan:
                 kw["hardware"] = kw["hardware"].with_overrides(**{k: changes.pop(k)})
         if "bytes_per_param" in changes:
             kw["accounting"] = self.accounting.with_bytes_per_param(changes.pop("bytes_per_param"))
-        unknown = set(changes) - set(kw) - {"global_batch", "uneven_stages"}
+        unknown = set(changes) - set(kw) - {"global_batch", "uneven_stages", "grad_dtype"}
         if unknown:
             raise PlanError(f"unknown plan setting(s): {', '.join(sorted(unknown))}", sorted(unknown)[0])
         if "global_batch" in changes and "micro_batches" not in changes:
@@ -378,6 +383,13 @@ class Plan:
         if why:
             raise PlanError(why, "precision")
         check_choice("attention_backend", self.attention_backend, ATTENTION_BACKENDS, PlanError)
+        if self.accounting.grad_reduce_bf16 and self.zero >= 2:
+            raise LedgerError(
+                f"grad_dtype='bf16' with zero={self.zero}: Megatron-FSDP (ZeRO-2/3) keeps its main gradients in the "
+                "dtype of --megatron-fsdp-main-grads-dtype and does not read --grad-reduce-in-bf16, which applies to "
+                "the DDP grad buffer (ZeRO 0 and 1)",
+                "grad_dtype",
+            )
         p = self.dropout
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
             raise PlanError(f"dropout={p!r} must be a probability from 0 up to (not including) 1", "dropout")
@@ -528,6 +540,11 @@ class Plan:
     def order(self) -> str:
         """The mesh's axis order, inner to outer."""
         return self.dims.order
+
+    @property
+    def grad_dtype(self) -> str:
+        """The gradients' dtype at ZeRO 0 and 1, ``"fp32"`` or ``"bf16"`` (``Accounting.grad_dtype``)."""
+        return self.accounting.grad_dtype
 
     @property
     def seq(self) -> int:

@@ -38,6 +38,7 @@ def report_json(report: Report) -> dict:
             "zero": p.zero,
             "recompute": p.recompute,
             "precision": p.precision,
+            "grad_dtype": p.grad_dtype,
             "attention_backend": p.attention_backend,
             "dropout": p.dropout,
             "seq": p.seq,

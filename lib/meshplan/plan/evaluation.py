@@ -355,6 +355,8 @@ def _stage_step(
         mlp_weight_grads=wgrads,
         gather_kept=fsdp2 and experts > 0 and d.expert_dp * d.ep > experts and stage.moe_layers > 0,
         loss_parallel=fsdp2 and t > 1,
+        # the fp32 copy of the gradients the optimizer updates (its master weights and moments: 12 bytes each)
+        optimizer_grad_copy=4 * by_term.get("optimizer states", 0.0) / 12 if plan.accounting.grad_reduce_bf16 else 0.0,
     )
 
 

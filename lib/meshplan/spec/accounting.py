@@ -59,7 +59,7 @@ from meshplan.core.collectives import (
 )
 from meshplan.core.resources import read_json
 from meshplan.core.units import add_up
-from meshplan.core.validation import LedgerError
+from meshplan.core.validation import LedgerError, PlanError
 from meshplan.spec.dims import DEFAULT_ORDER, MEGATRON_ORDER
 
 
@@ -204,6 +204,8 @@ class Accounting:
             (``tp.qkv_gather_collectives``, priced), each rank holding one KV head's K and V.
         tied_pp_refused: why the engine refuses a head tied to the embedding with pipeline parallelism ("" when it
             keeps a copy of the embedding on the last stage instead, ``stages``).
+        grad_reduce_bf16: the gradients are accumulated and reduced in bf16 instead of the engine's fp32
+            (Megatron-LM's ``--grad-reduce-in-bf16``: ``with_grad_dtype``).
         sources: choice → where it comes from.
     """
 
@@ -223,6 +225,7 @@ class Accounting:
     sharding_stage: Mapping[int, int] = field(default_factory=dict)
     kv_gather: bool = False
     tied_pp_refused: str = ""
+    grad_reduce_bf16: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -259,6 +262,48 @@ class Accounting:
         (``deepspeed/utils/groups.py`` L462-L463, the default ``use_data_before_expert_parallel_=False``).
         ``search`` and the command line use it unless an order is given."""
         return DEFAULT_ORDER if self.name == "lab" else MEGATRON_ORDER
+
+    @property
+    def grad_dtype(self) -> str:
+        """The gradients' dtype in memory and on the wire of the gradient reduction at ZeRO stages 0 and 1:
+        ``"fp32"`` or ``"bf16"`` (read off ``bytes_per_param.grads``)."""
+        return "fp32" if self.bytes_per_param.grads == 4 else "bf16"
+
+    def with_grad_dtype(self, dtype: str) -> Accounting:
+        """This convention with its gradients in ``dtype`` (``"fp32"`` or ``"bf16"``). Only Megatron-LM has the
+        choice: ``--grad-reduce-in-bf16`` turns off the fp32 accumulation ``--bf16`` forces on
+        (``megatron/training/arguments.py`` L1190-L1193 at core_v0.19.0, the flag at L2905-L2906), so the DDP
+        grad buffer takes the parameters' dtype (``megatron/core/distributed/param_and_grad_buffer.py`` L917) and
+        the gradient all-reduce or reduce-scatter sends 2 bytes an element instead of 4. NVIDIA's performance
+        recipes run so (Megatron-Bridge ``scripts/performance/configs/llama/llama3_llm_pretrain.py`` L43-L44 at
+        00919dc). The optimizer step then copies its share of the gradients to fp32 (``distrib_optimizer.py``
+        L2782: ``shard_model_grad.float()``), priced in ``parallel.peak``. Megatron-FSDP (ZeRO-2/3) does not read
+        the flag, and the other engines have no such switch: a ValueError naming ``grad_dtype``.
+
+            >>> m = get_accounting("megatron").with_grad_dtype("bf16")
+            >>> m.grad_dtype, m.bytes_per_param.grads, [c.wire_bytes for c in m.sync[1]]
+            ('bf16', 2, [2, 2])
+        """
+        if dtype not in ("fp32", "bf16"):
+            raise PlanError(f"grad_dtype={dtype!r} must be 'fp32' or 'bf16'", "grad_dtype")
+        if dtype == self.grad_dtype:
+            return self
+        if self.name != "megatron":
+            raise LedgerError(
+                f"grad_dtype={dtype!r}: the {self.name} ledger keeps its gradients in {self.grad_dtype}; only "
+                "Megatron-LM chooses (--grad-reduce-in-bf16, the megatron ledger)",
+                "grad_dtype",
+            )
+        base = ACCOUNTINGS[self.name]
+        if dtype == "fp32":  # back to the engine's default
+            return replace(
+                self, bytes_per_param=replace(self.bytes_per_param, grads=4), sync=base.sync, grad_reduce_bf16=False
+            )
+        sync = {
+            z: tuple(_bf16_gradients(c) for c in collectives) if z < 2 else collectives
+            for z, collectives in self.sync.items()
+        }
+        return replace(self, bytes_per_param=replace(self.bytes_per_param, grads=2), sync=sync, grad_reduce_bf16=True)
 
     def with_bytes_per_param(self, bpp: BytesPerParam) -> Accounting:
         """This convention with other model-state terms (e.g. ``MEGATRON_BPP``'s fp32 gradients)."""
@@ -489,6 +534,13 @@ DEEPSPEED = Accounting(
 )
 
 ACCOUNTINGS: dict[str, Accounting] = {a.name: a for a in (LAB, MEGATRON, FSDP2, DEEPSPEED)}
+
+
+def _bf16_gradients(c: SyncCollective) -> SyncCollective:
+    """A gradient collective of Megatron-LM's DDP with ``--grad-reduce-in-bf16``: 2 bytes an element."""
+    if "fp32 gradients" not in c.label:
+        return c
+    return replace(c, label=c.label.replace("fp32 gradients", "bf16 gradients"), wire_bytes=2)
 
 
 def get_accounting(name: str | Accounting) -> Accounting:
