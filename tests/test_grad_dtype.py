@@ -5,6 +5,7 @@ that name the factor everywhere else."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from commands import run
@@ -75,3 +76,26 @@ def test_the_command_line():
     assert json.loads(run(base).stdout)["settings"]["grad_dtype"] == "fp32"
     bad = run(["plan", "--model", "llama-3.1-8b", "--gpus", "8", "--accounting", "fsdp2", "--grad-dtype", "bf16"])
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "grad_dtype='bf16'" in bad.stderr
+
+
+def test_the_search_prices_every_candidate_with_the_gradient_dtype():
+    from meshplan.search import search
+
+    kw: dict[str, Any] = {"gpus": 16, "seq": 8192, "global_batch": 32, "hardware": H100, "accounting": "megatron"}
+    fp32, bf16 = search("llama-3.1-8b", **kw), search("llama-3.1-8b", grad_dtype="bf16", **kw)
+    assert {c.plan.grad_dtype for c in bf16.ranked} == {"bf16"} and {c.plan.grad_dtype for c in fp32.ranked} == {"fp32"}
+    assert not [c for c in bf16.ranked if c.plan.zero >= 2]
+    refused = [x for x in bf16.rejected if x.settings["zero"] >= 2 and x.constraint == "plan"]
+    assert refused and all("Megatron-FSDP" in x.message and x.engine_refusal for x in refused)
+    # with ZeRO-1 bf16 gradients never raise the peak (the optimizer's fp32 copy is 4/dp bytes a parameter, no more
+    # than the 2 they save); at ZeRO 0 the optimizer copies every gradient to fp32 (optimizer.py L1097 at
+    # core_v0.19.0: main_param.grad = model_param.main_grad.float()), so a step that peaks there peaks higher
+    keys = {c.label(): c for c in bf16.ranked}
+    peak = "peak_allocated"
+    one = [(c, keys[c.label()]) for c in fp32.ranked if c.plan.zero == 1 and c.label() in keys]
+    assert one and all(b.report.memory_bytes[peak] <= a.report.memory_bytes[peak] for a, b in one)
+    zero0 = [(c, keys[c.label()]) for c in fp32.ranked if c.plan.zero == 0 and c.label() in keys]
+    assert any(b.report.memory_bytes[peak] > a.report.memory_bytes[peak] for a, b in zero0)
+    argv = ["search", "--model", "llama-3.1-8b", "--gpus", "16", "--seq", "8192", "--global-batch", "32"]
+    out = run([*argv, "--hardware", H100, "--accounting", "megatron", "--grad-dtype", "bf16", "--top", "1", "--json"])
+    assert json.loads(out.stdout)[0]["settings"]["grad_dtype"] == "bf16"

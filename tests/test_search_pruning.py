@@ -37,6 +37,16 @@ CASES: dict[str, dict[str, Any]] = {
         "hardware": H100,
         "accounting": "megatron",
     },
+    "megatron, bf16 gradients (ZeRO-2/3 refused)": {
+        "model": "llama-3.1-8b",
+        "gpus": 16,
+        "seq": 8192,
+        "global_batch": 32,
+        "hardware": H100,
+        "accounting": "megatron",
+        "grad_dtype": "bf16",
+        "micro_batch_sizes": (1, 2),
+    },
     "fsdp2, dense, stage_balance even": {
         "model": "llama-3.1-70b",
         "gpus": 64,

@@ -170,6 +170,17 @@ def _machine_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _grad_dtype_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--grad-dtype",
+        choices=("fp32", "bf16"),
+        default=None,
+        help="the gradients' dtype (default: the ledger's; megatron: fp32, as --bf16 forces; bf16 is Megatron-LM's "
+        "--grad-reduce-in-bf16, which NVIDIA's performance recipes use: half the gradient memory and the gradient "
+        "reduction's bytes, ZeRO 0 and 1)",
+    )
+
+
 def _precision_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
@@ -218,14 +229,7 @@ def add_plan_options(p: argparse.ArgumentParser, model_required: bool = True) ->
         help="attention and hidden dropout (Megatron's --attention-dropout and --hidden-dropout; its default is 0.1, "
         "the export writes the value priced); above 0 the megatron ledger keeps the dropout masks",
     )
-    p.add_argument(
-        "--grad-dtype",
-        choices=("fp32", "bf16"),
-        default=None,
-        help="the gradients' dtype (default: the ledger's; megatron: fp32, as --bf16 forces; bf16 is Megatron-LM's "
-        "--grad-reduce-in-bf16, which NVIDIA's performance recipes use: half the gradient memory and the gradient "
-        "reduction's bytes, ZeRO 0 and 1)",
-    )
+    _grad_dtype_option(p)
     p.add_argument("--seq", type=_int("seq", MAX_SEQ), default=4096)
     p.add_argument("--micro-batch-size", type=_int("micro-batch-size", MAX_MICRO_BATCH_SIZE), default=1)
     p.add_argument(
@@ -330,6 +334,7 @@ def _search(args) -> int:
         execution=replace(execution_for(args.accounting), pipeline=args.pipeline),
         stage_balance=args.stage_balance,
         precision=args.precision,
+        grad_dtype=args.grad_dtype,
     )
     if args.json:
         _print(_json([c.to_dict(i) for i, c in enumerate(result.ranked[: args.top], 1)], load_hardware(args.hardware)))
@@ -352,6 +357,7 @@ def _add_search(sub) -> None:
     )
     p.add_argument("--top", type=_int("top", 10**6), default=10)
     _precision_option(p)
+    _grad_dtype_option(p)
     p.add_argument(
         "--order",
         type=_order,

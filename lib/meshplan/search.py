@@ -672,6 +672,7 @@ def search(
     stage_balance: str | None = None,
     precision: str = "bf16",
     gpus_per_host: int | None = None,
+    grad_dtype: str | None = None,
     _prune: bool = True,
 ) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
@@ -680,6 +681,8 @@ def search(
     stored ``tie_band()``) sets which step times count as ties. ``stage_balance`` places what lies outside the
     decoder layers (``Plan.stage_balance``); default: where the ledger's engine places it (``stage_balance_for``:
     the embedding on the first stage and the head on the last for the engine ledgers, spread evenly for the lab's).
+    ``grad_dtype`` (``Plan.create``'s; None: the ledger's own) is every candidate's gradient dtype: with ``"bf16"``
+    the megatron ledger's ZeRO-2/3 plans are rejected under ``"plan"``, as Megatron-FSDP does not read the flag.
     ``order`` (default: the ledger's engine's rank order, ``Accounting.order``: Megatron-LM's ``tp-cp-ep-dp-pp`` for
     the engine ledgers, which keeps EP inside the NVLink domain before DP, ``tp-cp-pp-dp`` for the lab's) is the
     mesh order of every candidate. ``precision`` (``Plan.precision``: bf16, fp8, mxfp8) is the GEMM format every
@@ -697,6 +700,8 @@ def search(
     """
     spec = load_model(model)
     acc = get_accounting(accounting)
+    if grad_dtype is not None:
+        acc = acc.with_grad_dtype(grad_dtype)
     order = acc.order if order is None else order
     ParallelDims.from_gpus(gpus, order=order)  # the GPU count, then the order, as Plan.create checks them
     Workload(seq)

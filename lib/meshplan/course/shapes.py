@@ -7,9 +7,10 @@ A *shape* is (TP, CP, PP, DP, EP); the search ranks every shape by its fastest k
 ``data/published_runs.json`` through ``steptime.fitting.run_plan`` (Narayanan 2021, Korthikanti 2022, Llama 3,
 DeepSeek-V3, BLOOM, MT-NLG, torchtitan's tables; each in the ledger of the engine that ran it) and
 ``data/published_fp8_runs.json`` through ``steptime.precision_fit.plan_for`` (NVIDIA Megatron-Bridge's FP8 and MXFP8
-rows, Megatron-LM's ledger). The search runs as the command line runs it: the ledger's default execution
-(``steptime.execution_for``), its stage layout and rank order, every ZeRO stage, recomputation, micro-batch size of
-1, 2 and 4 and virtual-stage count the layers allow (``DeepSeek-V3`` adds ``pipeline="dualpipe"``, its schedule).
+rows, Megatron-LM's ledger, with the recipes' bf16 gradient reduction at ZeRO 0 and 1: ``recipe_settings``). The
+search runs as the command line runs it: the ledger's default execution (``steptime.execution_for``), its stage
+layout and rank order, every ZeRO stage, recomputation, micro-batch size of 1, 2 and 4 and virtual-stage count the
+layers allow, the run's gradient dtype (``DeepSeek-V3`` adds ``pipeline="dualpipe"``, its schedule).
 
 The explanation compares the published shape's fastest kept plan with the search's fastest, term by term
 (``StepTime.terms``: seconds per step), and says where the published plan itself, as it ran, falls
@@ -35,7 +36,16 @@ TOP = 5  # the issue's bar: a published shape belongs among the search's five fa
 # the pipeline schedule a run used where it is not the ledger's 1F1B (DeepSeek-V3's report, §3.2.1: DualPipe)
 PIPELINE = {"deepseek-v3-pretraining": "dualpipe"}
 
-__all__ = ["PIPELINE", "TOP", "ShapeRank", "published_plans", "recipe_settings", "shape_rank", "shape_ranks"]
+__all__ = [
+    "PIPELINE",
+    "TOP",
+    "ShapeRank",
+    "published_plans",
+    "recipe_settings",
+    "shape_rank",
+    "shape_ranks",
+    "unpriced_settings",
+]
 
 
 def recipe_settings(run_id: str) -> tuple[dict, ...]:
@@ -139,6 +149,7 @@ def shape_rank(plan: Plan, run_id: str = "", result: SearchResult | None = None)
             precision=plan.precision,
             stage_balance=plan.stage_balance,
             execution=_execution(plan, run_id),
+            grad_dtype=plan.grad_dtype if plan.accounting.grad_reduce_bf16 else None,
         )
     shape = {k: getattr(plan, k) for k in SHAPE}
     hit = result.rank_of(**shape)
@@ -175,8 +186,18 @@ def published_plans() -> dict[str, Plan]:
         except ValueError:  # no setup: the run cannot be planned
             continue
     for r in precision_fit.runs():
-        out[r["id"]] = precision_fit.plan_for(r)
+        plan = precision_fit.plan_for(r)
+        if plan.zero < 2 and any(x["setting"] == "bf16 gradients" for x in recipe_settings(r["id"])):
+            plan = plan.replace(grad_dtype="bf16")  # the recipe's --grad-reduce-in-bf16, which the ledger prices
+        out[r["id"]] = plan
     return out
+
+
+def unpriced_settings(rank: ShapeRank) -> tuple[str, ...]:
+    """The recipe settings of ``rank``'s run that its plan does not price (``recipe_settings``, less the bf16
+    gradients where the plan has them)."""
+    priced = {"bf16 gradients"} if rank.plan.grad_dtype == "bf16" and rank.plan.accounting.name == "megatron" else set()
+    return tuple(x["setting"] for x in recipe_settings(rank.id) if x["setting"] not in priced)
 
 
 @cache

@@ -180,9 +180,9 @@ class StageStep:
             ``torch.distributed.tensor.parallel.loss_parallel``).
         optimizer_grad_copy: bytes the optimizer step allocates for an fp32 copy of its gradients: Megatron-LM with
             bf16 gradients (``--grad-reduce-in-bf16``) sets each fp32 main parameter's ``.grad`` to
-            ``shard_model_grad.float()`` (``megatron/core/optimizer/distrib_optimizer.py`` L2782 at core_v0.19.0),
-            4 bytes for every parameter the GPU's optimizer updates; 0 with fp32 gradients, whose ``.float()``
-            is the buffer itself.
+            ``shard_model_grad.float()`` (the distributed optimizer, ``megatron/core/optimizer/distrib_optimizer.py``
+            L2782 at core_v0.19.0) or ``main_grad.float()`` (ZeRO 0, ``optimizer.py`` L1097), 4 bytes for every
+            parameter the GPU's optimizer updates; 0 with fp32 gradients, whose ``.float()`` is the buffer itself.
     """
 
     engine: str

@@ -276,8 +276,9 @@ class Accounting:
         grad buffer takes the parameters' dtype (``megatron/core/distributed/param_and_grad_buffer.py`` L917) and
         the gradient all-reduce or reduce-scatter sends 2 bytes an element instead of 4. NVIDIA's performance
         recipes run so (Megatron-Bridge ``scripts/performance/configs/llama/llama3_llm_pretrain.py`` L43-L44 at
-        00919dc). The optimizer step then copies its share of the gradients to fp32 (``distrib_optimizer.py``
-        L2782: ``shard_model_grad.float()``), priced in ``parallel.peak``. Megatron-FSDP (ZeRO-2/3) does not read
+        00919dc). The optimizer step then copies the gradients it updates to fp32 (``distrib_optimizer.py`` L2782:
+        ``shard_model_grad.float()``; at ZeRO 0 all of them, ``optimizer.py`` L1097), priced in ``parallel.peak``:
+        at ZeRO 0 that step can peak higher than with fp32 gradients. Megatron-FSDP (ZeRO-2/3) does not read
         the flag, and the other engines have no such switch: a ValueError naming ``grad_dtype``.
 
             >>> m = get_accounting("megatron").with_grad_dtype("bf16")
