@@ -183,6 +183,9 @@ class StageStep:
             ``shard_model_grad.float()`` (the distributed optimizer, ``megatron/core/optimizer/distrib_optimizer.py``
             L2782 at core_v0.19.0) or ``main_grad.float()`` (ZeRO 0, ``optimizer.py`` L1097), 4 bytes for every
             parameter the GPU's optimizer updates; 0 with fp32 gradients, whose ``.float()`` is the buffer itself.
+        fp8_copy_bytes_per_param: Megatron-FSDP at ZeRO-3 with FP8 GEMMs: the bytes of Transformer Engine's FP8 copy
+            per parameter of a gathered unit, made with the unit and dropped with it (``evaluation.
+            fp8_weight_copy_bytes``), so held with the gathered layers only.
     """
 
     engine: str
@@ -217,6 +220,7 @@ class StageStep:
     gather_kept: bool = False
     loss_parallel: bool = False
     optimizer_grad_copy: float = 0.0
+    fp8_copy_bytes_per_param: float = 0.0
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -365,6 +369,7 @@ def step_moments(s: StageStep) -> tuple[Moment, ...]:
                 logits = loss_working_bytes(s.tokens, s.vocab, "megatron", phase)
                 out.append(_moment(f"loss {phase}", base, activations=s.saved, temporaries=logits))
         gathered = 2 * s.layer_weights if s.zero == 3 else 0.0  # Megatron-FSDP: this layer's and the prefetched
+        gathered *= 1 + s.fp8_copy_bytes_per_param / 2  # and their FP8 copies (layer_weights: 2 bytes a parameter)
         out.append(
             _moment(
                 "backward of the last layer",

@@ -173,8 +173,13 @@ def fp8_weight_copy_bytes(plan: Plan, stage: Stage) -> float:
     megatron/core/extensions/transformer_engine.py#L1082-L1088 at core_v0.19.0), ``FP8_WEIGHT_COPY_BYTES`` per
     parameter of the decoder layers' linears on this GPU (the embedding and the output head stay bf16; norms are
     counted with the layers, a rounding error). torchtitan's float8 (torchao) casts each weight when a GEMM needs it
-    and frees it after (a temporary, not kept): 0 in the fsdp2 ledger, as in bf16. 0 in the lab page's ledger."""
-    if plan.precision == "bf16" or plan.accounting.name != "megatron":
+    and frees it after (a temporary, not kept): 0 in the fsdp2 ledger, as in bf16. 0 in the lab page's ledger.
+    Megatron-FSDP with its parameters sharded (ZeRO-3) keeps no copy of the whole model: the FP8 copy of a unit is
+    made when the unit is gathered and dropped when it is released (``fp8_create_transpose_cache`` and
+    ``release_params_fp8_transpose_cache``, megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
+    L497-L498 and L625-L626 at core_v0.19.0, ``keep_fp8_transpose_cache`` off by default), so it is priced with the
+    gathered units in ``parallel.peak`` (``fp8_copy_bytes_per_param``), not here."""
+    if plan.precision == "bf16" or plan.accounting.name != "megatron" or plan.zero == 3:
         return 0.0
     m, d = plan.model, plan.dims
     dense = add_up(m.layers[i].params - m.layers[i].expert_params for i in stage.layers) / d.tp
@@ -355,6 +360,9 @@ def _stage_step(
         mlp_weight_grads=wgrads,
         gather_kept=fsdp2 and experts > 0 and d.expert_dp * d.ep > experts and stage.moe_layers > 0,
         loss_parallel=fsdp2 and t > 1,
+        fp8_copy_bytes_per_param=FP8_WEIGHT_COPY_BYTES[plan.precision]
+        if plan.precision != "bf16" and plan.accounting.name == "megatron" and plan.zero == 3
+        else 0.0,
         # the fp32 copy of the gradients the optimizer updates (its master weights and moments: 12 bytes each)
         optimizer_grad_copy=4 * by_term.get("optimizer states", 0.0) / 12 if plan.accounting.grad_reduce_bf16 else 0.0,
     )
