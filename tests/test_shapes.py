@@ -49,7 +49,7 @@ def test_a_shape_below_the_top_5_says_which_terms_and_why():
     assert text.startswith("28.9 % slower than the fastest (TP 8 × CP 2 × PP 16 × DP 4 · ZeRO-1 · none · b 1 · m 128 ")
     assert "+3.66 s compute, +1.57 s tp, +0.20 s dp exposed" in text
     assert text.endswith(
-        "as published (none recomputation, ZeRO-1) it does not fit the ledger (97.3 GB allocated at its peak "
+        "as published (no recomputation, ZeRO-1) it does not fit the ledger (97.3 GB allocated at its peak "
         "(backward of the last layer, stage 2 of 8): does not fit: 15.7 GB over before the allocator's reserve), so "
         "its shape is priced with full recomputation"
     )

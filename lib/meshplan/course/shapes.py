@@ -118,8 +118,9 @@ class ShapeRank:
         own = self.shape_best.plan
         why = ""
         if not self.as_run_fits:  # the ledger's verdict on the run as published decides which plan of it is kept
+            ran = "no" if self.plan.recompute == "none" else self.plan.recompute
             why = (
-                f"; as published ({self.plan.recompute} recomputation, ZeRO-{self.plan.zero}) it does not fit the "
+                f"; as published ({ran} recomputation, ZeRO-{self.plan.zero}) it does not fit the "
                 f"ledger ({self.as_run}), so its shape is priced with {own.recompute} recomputation"
             )
         if self.in_top:
