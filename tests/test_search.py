@@ -382,8 +382,8 @@ def test_search_ranks_lay_out_as_the_ledgers_engine_numbers_them():
 
 
 def test_search_tries_every_virtual_stage_count_the_layers_allow():
-    """By default every divisor v of the layers per stage (Megatron's equal chunks): the published recipes' v = 7
-    (Llama 3.1 405B on PP 9) and v = 12 (Nemotron-4 340B on PP 8) are among them; counts given are tried as given."""
+    """By default every divisor v of the layers per stage (Megatron's equal chunks): v = 7 for PP 9 of 126 layers and
+    v = 12 for PP 8 of 96 are among them, which the fixed 1, 2, 4 missed; counts given are tried as given."""
     assert virtual_stage_counts(126, 9) == (1, 2, 7, 14) and virtual_stage_counts(96, 8)[-1] == 12
     assert virtual_stage_counts(64, 1) == (1,) and virtual_stage_counts(61, 16) == (1,)  # uneven without a layout
     assert virtual_stage_counts(61, 16, spread_layers(61, 16)) == (1, 2)

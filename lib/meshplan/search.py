@@ -332,8 +332,8 @@ def _divisors(n: int, limit: int) -> list[int]:
 def virtual_stage_counts(num_layers: int, pp: int, layers_per_stage: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """Every virtual-stage count v (chunks per pipeline rank) the layers allow, the search's default
     (``virtual_stages="layers"``): with equal stages of L/pp layers, each divisor v of L/pp, chunks of L/(pp·v)
-    layers, as Megatron-LM's ``--num-layers-per-virtual-pipeline-stage`` needs them (the published recipes run
-    v = 7 for Llama 3.1 405B on PP 9, 12 for Nemotron-4 340B on PP 8: one or two layers per chunk); with uneven
+    layers, as Megatron-LM's ``--num-layers-per-virtual-pipeline-stage`` needs them (v = 7 for PP 9 of Llama 3.1
+    405B's 126 layers, 12 for PP 8 of 96 layers: two layers or one per chunk); with uneven
     stages (``spread_layers``), the divisors of every stage's count, and 2 and 4 where every stage has that many
     layers, as ``Plan`` accepts them. 1 alone without pipeline parallelism.
 
