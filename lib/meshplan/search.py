@@ -98,7 +98,6 @@ from meshplan.steptime.contract import plan_json
 ZERO_STAGES = (0, 1, 2, 3)
 RECOMPUTE = ("none", "selective", "full")
 MICRO_BATCH_SIZES = (1, 2, 4)
-VIRTUAL_STAGES = (1, 2, 4)
 # virtual_stages="layers": every count the stage's layers allow (``virtual_stage_counts``), the search's default
 AUTO_VIRTUAL_STAGES = "layers"
 BALANCES = ("even", "max")  # Plan.stage_balance
