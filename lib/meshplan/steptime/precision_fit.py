@@ -13,7 +13,9 @@ How each run is planned (``plan_for``), with the assumptions it takes:
 
 * the megatron ledger, ZeRO as the row's FSDP column says (FSDP > 0: Megatron-FSDP, ZeRO-3; else the distributed
   optimizer, ZeRO-1), the embedding on the first stage and the head on the last (``stage_balance="max"``), layers
-  spread ends-lighter where pp × v does not divide them (405B: 126 layers);
+  spread ends-lighter where pp × v does not divide them (405B: 126 layers); the ranks in Megatron-Bridge's order
+  ``tp-cp-ep-dp-pp`` (``src/megatron/bridge/training/initialize.py`` L683 at 00919dc; no performance recipe sets
+  ``use_tp_pp_dp_mapping``);
 * Megatron-Bridge's performance recipes run with the communication overlaps on (``--overlap-grad-reduce``,
   ``--overlap-param-gather``, TP communication overlap): ``Execution(tp_overlap="full", dp_overlap=True)``;
 * no recomputation (the tables state none; the H100 8B recipe recomputes 5 of its 32 layers, which is left out:
@@ -35,6 +37,7 @@ from functools import lru_cache
 from meshplan.core.optimize import golden_section
 from meshplan.core.resources import read_json
 from meshplan.plan import Plan, evaluate
+from meshplan.spec.dims import MEGATRON_ORDER
 from meshplan.steptime import model as stm
 from meshplan.steptime.model import Execution, step_time
 
@@ -67,6 +70,7 @@ def plan_for(r: dict) -> Plan:
         precision=r["precision"],
         uneven_stages=True,
         stage_balance="max",
+        order=MEGATRON_ORDER,
     )
 
 
