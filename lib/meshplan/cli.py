@@ -335,6 +335,7 @@ def _search(args) -> int:
         stage_balance=args.stage_balance,
         precision=args.precision,
         grad_dtype=args.grad_dtype,
+        top=args.top,
     )
     if args.json:
         _print(_json([c.to_dict(i) for i, c in enumerate(result.ranked[: args.top], 1)], load_hardware(args.hardware)))
@@ -355,7 +356,13 @@ def _add_search(sub) -> None:
         type=_int("global-batch", MAX_MICRO_BATCHES * MAX_MICRO_BATCH_SIZE * MAX_GPUS),
         help="sequences per step",
     )
-    p.add_argument("--top", type=_int("top", 10**6), default=10)
+    p.add_argument(
+        "--top",
+        type=_int("top", 10**6),
+        default=10,
+        help="plans to show (default 10); the search prices only the plans that could rank among them or within the "
+        "model's uncertainty of the fastest, and says how many it left",
+    )
     _precision_option(p)
     _grad_dtype_option(p)
     p.add_argument(

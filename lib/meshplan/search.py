@@ -42,6 +42,8 @@ on its own). A search that would enumerate more than ``MAX_PLANS`` plans is refu
 
 from __future__ import annotations
 
+import copy
+import heapq
 import math
 from collections import Counter
 from collections.abc import Mapping
@@ -75,6 +77,7 @@ from meshplan.plan.evaluation import (
     peak_line,
     stage_peak,
     step_inputs,
+    time_inputs,
 )
 from meshplan.plan.reporting import plan_label
 from meshplan.spec.accounting import Accounting, get_accounting
@@ -92,6 +95,7 @@ from meshplan.steptime import (
     mfu,
     model_flop_per_step,
     step_time,
+    step_time_floors,
 )
 from meshplan.steptime.contract import plan_json
 
@@ -245,6 +249,10 @@ class SearchResult:
     stage_balance: str = "even"
     precision: str = "bf16"
     order: str = DEFAULT_ORDER
+    top: int | None = None
+    bound_s: float = math.inf
+    unranked: int = 0
+    margin: float = 0.0
 
     def tied_ranks(self) -> list[int]:
         """The displayed rank of each kept plan: plans within ``band`` of a faster plan's step time share its rank."""
@@ -507,15 +515,69 @@ class _Pricer:
         # ZeRO stage → (bytes, gradient bytes, terms) per stage
         self.states: dict[int, tuple[list[float], list[float], list[dict[str, float]]]] = {}
         self.moments: Moments = {}  # the stages' moments without saved bytes (evaluation._base_moments), per EP size
+        self.recompute = recompute
+        self._by_shape: dict[tuple, tuple[dict, dict]] = {}  # (tp, cp, pp, dp) → (verdicts, activations)
+        self._by_experts: dict[tuple, tuple[dict, Moments]] = {}  # (tp, cp, pp, dp, ep) → (states, moments)
         self.micro_batches: dict = {}  # micro-batch times (steptime's _slowest_stage), for the whole search
 
-    def shape(self) -> None:
-        """A new tp × cp × pp × dp: forget what (1) and (2) share across its EP sizes."""
-        self.verdicts, self.activations = {}, {}
+    def enter(self, dims: ParallelDims, keep: bool) -> None:
+        """Price the groups of mesh ``dims`` next: what (1) and (2) share across its EP sizes is kept per
+        tp × cp × pp × dp, the model states and the moments per EP size too. Without ``keep`` (a search that prices
+        every plan in enumeration order) what belongs to other meshes is forgotten; with it (a pruned search, which
+        comes back to a mesh in the order of its bounds) it is kept for the search."""
+        shape, experts = (dims.tp, dims.cp, dims.pp, dims.dp), (dims.tp, dims.cp, dims.pp, dims.dp, dims.ep)
+        if not keep:
+            for store, key in ((self._by_shape, shape), (self._by_experts, experts)):
+                if key not in store:
+                    store.clear()
+        self.verdicts, self.activations = self._by_shape.setdefault(shape, ({}, {}))
+        self.states, self.moments = self._by_experts.setdefault(experts, ({}, {}))
 
-    def expert_shape(self) -> None:
-        """A new EP size within the shape: forget the model states and the moments."""
-        self.states, self.moments = {}, {}
+    def floors(self, dims: ParallelDims, workload: Workload, lps, groups: list[tuple[int, int, int]]) -> dict:
+        """A lower bound on the step time of every plan of ``groups`` ((enumeration index, ZeRO stage, virtual
+        stages) of mesh ``dims`` and ``workload``), per virtual-stage count and recompute mode the ledger and model
+        take: ``steptime.step_time_floors``, which reads neither the ZeRO stage nor the model states (one valid plan
+        of the block, copied per mode, serves them all). Empty when no plan of the groups can be built, or no mode is
+        taken: their rejections are what pricing them gives."""
+        accepted = [rc for rc in self.recompute if rc not in self.refused]
+        if not accepted:
+            return {}
+        base = None
+        for _, zero, v in groups:
+            try:
+                base = self._build(dims, workload, zero, v, lps, accepted[0])
+                break
+            except PlanError:
+                continue
+        if base is None:
+            return {}
+        out: dict[tuple[int, str], float] = {}
+        chunks = tuple(dict.fromkeys(v for _, _, v in groups))
+        inputs = time_inputs(base)
+        for rc in accepted:
+            probe = copy.copy(base)
+            object.__setattr__(probe, "recompute", rc)
+            got = step_time_floors(inputs.for_recompute(probe), chunks, self.ex, None, self.micro_batches)
+            for v, low in got.items():
+                # a floor that is not a finite number (a hardware rate too small for one) prunes nothing: pricing
+                # the plan raises the step-time model's own error naming the rate
+                out[v, rc] = low if math.isfinite(low) else -math.inf
+        return out
+
+    def _build(self, dims, workload, zero, v, lps, rc) -> Plan:
+        return Plan(
+            model=self.spec,
+            dims=dims,
+            workload=workload,
+            hardware=self.hw,
+            accounting=self.acc,
+            zero=zero,
+            recompute=rc,
+            virtual_stages=v,
+            layers_per_stage=lps,
+            stage_balance=self.balance,
+            precision=self.precision,
+        )
 
     def reject(self, settings: dict[str, Any], recompute: tuple[str, ...], reason: Reason) -> None:
         for rc in recompute:
@@ -546,19 +608,7 @@ class _Pricer:
             if self.prune:  # one plan of the group validated, the others copied (proof (1))
                 for other in plans.values():
                     return other.with_recompute(rc)
-            return Plan(
-                model=self.spec,
-                dims=dims,
-                workload=workload,
-                hardware=self.hw,
-                accounting=self.acc,
-                zero=zero,
-                recompute=rc,
-                virtual_stages=v,
-                layers_per_stage=lps,
-                stage_balance=self.balance,
-                precision=self.precision,
-            )
+            return self._build(dims, workload, zero, v, lps, rc)
 
         plans: dict[str, Plan] = {}
         if not self.prune:
@@ -672,6 +722,7 @@ def search(
     precision: str = "bf16",
     gpus_per_host: int | None = None,
     grad_dtype: str | None = None,
+    top: int | None = None,
     _prune: bool = True,
 ) -> SearchResult:
     """Enumerate every plan of ``model`` on ``gpus`` GPUs for sequences of ``seq`` tokens and a global batch of
@@ -707,6 +758,8 @@ def search(
     check_count("global_batch", global_batch, MAX_GLOBAL_BATCH)
     check_count("max_cp", max_cp, MAX_GPUS)
     check_non_negative_int("min_seq_per_cp_rank", min_seq_per_cp_rank)
+    if top is not None:
+        check_count("top", top)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     hw = hw.with_overrides(gpu_memory_bytes, gpus_per_node, gpus_per_host)
     ex = execution_for(acc.name) if execution is None else execution
@@ -749,6 +802,13 @@ def search(
     if n > MAX_PLANS:
         raise MeshplanError(_too_many(spec, gpus, n, shapes), "gpus")
     pricer = _Pricer(spec, hw, acc, ex, balance, _prune, recompute, precision)
+    pruned = top is not None
+    margin = max(band, ratio_uncertainty()) if pruned else 0.0
+    # a pruned search's blocks: (mesh, workload, stage layout, [(enumeration index, ZeRO stage, virtual stages)]);
+    # and where each stretch of its rejections falls in enumeration order
+    blocks: list[tuple[ParallelDims, Workload, tuple[int, ...] | None, list[tuple[int, int, int]]]] = []
+    stretches: list[tuple[int, int, int]] = []
+    index = 0
     for tp, cp, pp, dp, eps in shapes:
         lps = layouts[pp]
         # the search's own policies, which are not rules of a plan
@@ -763,23 +823,39 @@ def search(
             )
         # the parts the candidates of this shape share, each built (and validated) once
         works = {b: _workload(global_batch, dp, seq, b) for b in micro_batch_sizes}
-        pricer.shape()
         for ep in eps:
             dims = ParallelDims(tp, cp, pp, dp, ep, order=order)
-            pricer.expert_shape()
+            if not pruned:
+                pricer.enter(dims, keep=False)
+            per_b: dict[int, list[tuple[int, int, int]]] = {}
             for zero in zero_stages if dp * cp > 1 else (0,):
                 for b in micro_batch_sizes:
                     for v in vs_of[pp]:
+                        index += 1
                         workload = works[b]
                         reason = policy or (_reason(workload) if isinstance(workload, PlanError) else None)
                         if reason is not None:
                             settings: dict[str, Any] = {"tp": tp, "cp": cp, "pp": pp, "dp": dp, "ep": ep, "zero": zero}
                             settings.update(recompute="", micro_batch_size=b, virtual_stages=v)
+                            start = len(pricer.rejected)
                             pricer.reject(settings, recompute, reason)
+                            stretches.append((index, start, len(pricer.rejected)))
+                        elif pruned:
+                            per_b.setdefault(b, []).append((index, zero, v))
                         else:
                             assert isinstance(workload, Workload)
                             pricer.group(dims, workload, zero, v, lps, recompute)
-    ranked = pricer.ranked
+            for b, groups in per_b.items():
+                work = works[b]
+                assert isinstance(work, Workload)
+                blocks.append((dims, work, lps, groups))
+    bound = math.inf
+    if pruned:
+        assert top is not None
+        bound = _branch_and_bound(pricer, blocks, stretches, top, margin)
+        order_ = sorted(stretches)
+        pricer.rejected = [r for _, a, z in order_ for r in pricer.rejected[a:z]]
+    ranked = [c for c in pricer.ranked if c.step.total_s <= bound]
     ranked.sort(
         key=lambda c: (
             c.step.total_s,
@@ -808,7 +884,58 @@ def search(
         balance,
         precision,
         order,
+        top,
+        bound,
+        n - len(ranked) - len(pricer.rejected),
+        margin,
     )
+
+
+def _branch_and_bound(
+    pricer: _Pricer,
+    blocks: list[tuple[ParallelDims, Workload, tuple[int, ...] | None, list[tuple[int, int, int]]]],
+    stretches: list[tuple[int, int, int]],
+    top: int,
+    margin: float,
+) -> float:
+    """Price the blocks of a pruned search (one mesh, EP size and micro-batch size each) in the order of their
+    step-time floors (``_Pricer.floors``), each block's groups in enumeration order, until the next floor is above
+    the bound: the ``top``-th fastest step time found so far, or the fastest's × (1 + ``margin``), whichever is
+    larger (infinite while fewer than ``top`` plans fit). The bound only falls as plans are found, and every plan
+    left has a floor above it, so every plan at or below the final bound has been priced: the search's ranking up
+    to that bound is the full search's. Returns the final bound; appends each priced group's stretch of rejections
+    (enumeration index, start, end) to ``stretches``."""
+    heap: list[tuple[float, int]] = []
+    floors: list[dict[tuple[int, str], float]] = []
+    for i, (dims, work, lps, groups) in enumerate(blocks):
+        got = pricer.floors(dims, work, lps, groups)
+        floors.append(got)
+        heap.append((min(got.values()) if got else -math.inf, i))
+    heapq.heapify(heap)
+    fastest: list[float] = []  # the negated ``top`` fastest step times found (a max-heap)
+    best, bound = math.inf, math.inf
+    while heap and heap[0][0] <= bound:
+        _, i = heapq.heappop(heap)
+        dims, work, lps, groups = blocks[i]
+        pricer.enter(dims, keep=True)
+        for index, zero, v in groups:
+            # the modes whose floor is at most the bound (a refused mode has none: pricing rejects it)
+            modes = tuple(rc for rc in pricer.recompute if floors[i].get((v, rc), -math.inf) <= bound)
+            if not modes:
+                continue
+            start, found = len(pricer.rejected), len(pricer.ranked)
+            pricer.group(dims, work, zero, v, lps, modes)
+            stretches.append((index, start, len(pricer.rejected)))
+            for c in pricer.ranked[found:]:
+                t = c.step.total_s
+                best = min(best, t)
+                if len(fastest) < top:
+                    heapq.heappush(fastest, -t)
+                elif t < -fastest[0]:
+                    heapq.heapreplace(fastest, -t)
+            if len(fastest) == top:
+                bound = max(-fastest[0], best * (1 + margin))
+    return bound
 
 
 def format_search(result: SearchResult, top: int = 10) -> str:
@@ -816,9 +943,15 @@ def format_search(result: SearchResult, top: int = 10) -> str:
     rejections."""
     ex = result.execution
     band = fit_data()["tie_band"]
+    counts = (
+        f"{result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected"
+        if result.top is None
+        else f"{result.enumerated:,} plans, {len(result.ranked):,} ranked (every plan that fits and takes at most "
+        f"{result.bound_s:.3f} s), {result.unranked:,} slower or not priced, {len(result.rejected):,} rejected"
+    )
     lines = [
         f"{result.model.name} on {result.gpus:,} GPUs, s = {result.seq:,}, global batch {result.global_batch:,} "
-        f"sequences: {result.enumerated:,} plans, {len(result.ranked):,} kept, {len(result.rejected):,} rejected",
+        f"sequences: {counts}",
         f"ledger {result.accounting}; rank order {result.order} (inner to outer); attention {ex.attention}, "
         f"TP overlap {ex.tp_overlap}, DP overlap {'on' if ex.dp_overlap else 'off'}, pipeline {ex.pipeline}; "
         "embedding and head "
@@ -835,8 +968,9 @@ def format_search(result: SearchResult, top: int = 10) -> str:
     if result.ranked:  # how many plans the model cannot tell from the fastest (the plan checker's search line)
         u, best = ratio_uncertainty(), result.ranked[0].step.total_s
         close = sum(1 for c in result.ranked if c.step.total_s / best - 1 <= u)
+        of = f"of the {len(result.ranked):,} kept plans " if result.top is None else "plans "
         lines.append(
-            f"{close:,} of the {len(result.ranked):,} kept plans are within {fmt_pct(u, 0)} of the fastest's "
+            f"{close:,} {of}are within {fmt_pct(u, 0)} of the fastest's "
             f"{best:.2f} s, the model's largest error on such a ratio: it cannot tell them apart"
         )
     lines.append("")
@@ -859,4 +993,10 @@ def format_search(result: SearchResult, top: int = 10) -> str:
     examples = result.rejection_examples()
     for constraint, count in result.rejections_by_constraint().items():
         lines.append(f"  {constraint:<18}{count:>8,}  e.g. {examples[constraint].message}")
+    if result.top is not None:
+        lines.append(
+            f"  {'not ranked':<18}{result.unranked:>8,}  a step time above {result.bound_s:.3f} s (the {result.top:,} "
+            f"fastest and every plan within {fmt_pct(result.margin, 0)} of the fastest are ranked): most never "
+            "priced, as a lower bound on their step time is above it, so they are not checked for memory either"
+        )
     return "\n".join(lines)

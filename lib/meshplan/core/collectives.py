@@ -21,6 +21,7 @@ replays it on numpy arrays (the chapter-2 figure and its test).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from meshplan.core.units import add_up
 
@@ -136,9 +137,9 @@ class Collective:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
             raise ValueError(f"count={self.count!r} must be a non-negative integer")
 
-    @property
+    @cached_property
     def bytes_each(self) -> float:
-        """Bytes one rank sends in one of them."""
+        """Bytes one rank sends in one of them (computed once: a search prices each collective many times)."""
         return _RING_BYTES[self.kind](self.ranks, self.size_bytes)
 
     @property

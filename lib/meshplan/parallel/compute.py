@@ -134,6 +134,7 @@ def layer_forward_flop(layer: LayerSpec, seq: int, causal: bool = True) -> float
     return forward_flop(layer.activated_params, seq) + attention_forward_flop(layer, seq, causal)
 
 
+@lru_cache(maxsize=256)  # keyed on the model itself (a ModelSpec hashes its layers once): a search asks per stage
 def head_params(model: ModelSpec) -> float:
     """Parameters a token's matmuls touch outside the decoder layers: the output head (V·h, even when tied) and
     the final norm (``flop_params`` minus the layers' activated parameters)."""

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import NamedTuple
 
 from meshplan.core.collectives import Collective, ledger_bytes
 from meshplan.core.units import add_up
@@ -598,6 +599,63 @@ def _traffic_stage(m: ModelSpec, pp: int, layers_per_stage: tuple[int, ...] | No
     return max(stages(m, pp, layers_per_stage, balance), key=lambda x: (x.num_layers, x.moe_layers, -x.index)).index
 
 
+def _plan_collectives(plan: Plan) -> dict[str, tuple[Collective, ...]]:
+    """``_collectives`` of ``plan``: what it reads of the plan and its ledger."""
+    d, acc = plan.dims, plan.accounting
+    sp = plan.sequence_parallel
+    return dict(
+        _collectives(
+            plan.model, plan.seq, plan.micro_batch_size, d.tp, d.cp, d.ep, plan.recompute, sp,
+            acc.tp_backward_regather and sp, acc.linear_attention_cp, acc.kv_gather,
+        )
+    )  # fmt: skip
+
+
+def pp_send_bytes(plan: Plan, v: int) -> float:
+    """Bytes one GPU of ``plan`` sends to the next stage per step with ``v`` chunks per rank (``pp_bytes_per_step``,
+    a TP rank's share where the ledger's engine sends it scattered)."""
+    d = plan.dims
+    s, b, h = plan.seq // d.cp, plan.micro_batch_size, plan.model.hidden_size
+    out = pp_bytes_per_step(s, b, h, d.pp, plan.micro_batches, v)
+    return out / d.tp if plan.accounting.pp_send_divided(plan.sequence_parallel) else out
+
+
+def pipeline_bubble(plan: Plan, v: int) -> float:
+    """The bubble fraction of ``plan``'s pipeline with ``v`` chunks per rank (0 without one)."""
+    return bubble_fraction(plan.pp, plan.micro_batches, v) if plan.pp > 1 else 0.0
+
+
+def _plan_links(plan: Plan) -> dict[str, str | None]:
+    """The link of every traffic key of ``plan``; none for ``edp`` when the experts sync with the dense gradients."""
+    d, m = plan.dims, plan.model
+    link = dict(_links(d, plan.hardware.gpus_per_node))
+    if not ((d.ep > 1 or d.etp != d.tp) and m.is_moe):
+        link["edp"] = None
+    return link
+
+
+class TimeInputs(NamedTuple):
+    """What ``steptime.step_time_floors`` reads of a plan besides the plan itself: its links and TP's, CP's and EP's
+    collectives, as ``step_inputs`` computes them, and the stage whose micro-batch it times (``time_inputs``)."""
+
+    plan: Plan
+    link: dict[str, str | None]
+    collectives: dict[str, tuple[Collective, ...]]
+    stage: int
+
+    def for_recompute(self, plan: Plan) -> TimeInputs:
+        """These inputs for ``plan``, this plan with another recompute mode: the collectives read it (what
+        recomputation re-runs), the links and the stages do not."""
+        return self._replace(plan=plan, collectives=_plan_collectives(plan))
+
+
+def time_inputs(plan: Plan) -> TimeInputs:
+    """``TimeInputs`` of ``plan``, timing the stage ``step_inputs`` reports the traffic of (the most layers, the most
+    MoE layers among ties): the most work of any stage but for the embedding and head."""
+    stage = _traffic_stage(plan.model, plan.pp, plan.layers_per_stage, plan.stage_balance)
+    return TimeInputs(plan, _plan_links(plan), _plan_collectives(plan), stage)
+
+
 def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInputs:
     """The bytes part of ``evaluate``: bytes per dimension per step on the stage with the most layers (the most MoE
     layers among ties), each dimension's link and time, TP's, CP's and EP's collectives, the bubble; with the
@@ -605,7 +663,7 @@ def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInpu
     byte count overflows a float."""
     m, hw, d = plan.model, plan.hardware, plan.dims
     t, c, p, e = d.tp, d.cp, d.pp, d.ep
-    s, b, h, mb, v = plan.seq, plan.micro_batch_size, m.hidden_size, plan.micro_batches, plan.virtual_stages
+    s, h, mb, v = plan.seq, m.hidden_size, plan.micro_batches, plan.virtual_stages
     st = plan.stages[_traffic_stage(m, p, plan.layers_per_stage, plan.stage_balance)]
     acc = plan.accounting
     schedule = acc.sync_schedule(plan.zero, p)
@@ -619,35 +677,17 @@ def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInpu
         comm["edp"] = add_up(sync_terms(d.expert_dp, experts_gpu, schedule, mb).values())
     grad_sync = {"dp": comm["dp"], "cp": comm["cp"], "edp": comm["edp"]}
     # TP, CP and EP as lists of collectives per layer and micro-batch (the step-time model prices the same lists)
-    collectives = dict(
-        _collectives(
-            m,
-            s,
-            b,
-            t,
-            c,
-            e,
-            plan.recompute,
-            plan.sequence_parallel,
-            acc.tp_backward_regather and plan.sequence_parallel,
-            acc.linear_attention_cp,
-            acc.kv_gather,
-        )
-    )
+    collectives = _plan_collectives(plan)
     comm["tp"] = ledger_bytes(collectives["tp"]) * st.num_layers * mb
     comm["tp"] += ledger_bytes(collectives["tp_qkv"]) * st.full_attention_layers * mb
-    comm["pp"] = pp_bytes_per_step(s // c, b, h, p, mb, v)
-    if acc.pp_send_divided(plan.sequence_parallel):
-        comm["pp"] /= t
+    comm["pp"] = pp_send_bytes(plan, v)
     comm["cp"] += ledger_bytes(collectives["cp"]) * st.full_attention_layers * mb
     comm["cp"] += ledger_bytes(collectives["cp_linear"]) * st.linear_attention_layers * mb
     comm["ep"] = ledger_bytes(collectives["ep"]) * st.moe_layers * mb
     if not all(math.isfinite(x) for x in comm.values()):
         raise ValueError(_OVERFLOW.format(s=s, h=h))
 
-    link = dict(_links(d, hw.gpus_per_node))
-    if not (separate_experts and m.is_moe):
-        link["edp"] = None  # the experts (if any) sync with the dense gradients
+    link = _plan_links(plan)
     return StepInputs(
         plan=plan,
         model_states_terms=model_states_terms,
@@ -657,7 +697,7 @@ def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInpu
         grad_sync_bytes=grad_sync,
         collectives=collectives,
         traffic_stage=st.index,
-        bubble=bubble_fraction(p, mb, v) if p > 1 else 0.0,
+        bubble=pipeline_bubble(plan, v),
         bubble_share=bubble_share_of_time(p, mb, v) if p > 1 else 0.0,
     )
 

@@ -26,6 +26,7 @@ from meshplan.steptime.model import (
     model_flop_per_step,
     step_report,
     step_time,
+    step_time_floors,
 )
 
 __all__ = [
@@ -48,4 +49,5 @@ __all__ = [
     "model_flop_per_step",
     "step_report",
     "step_time",
+    "step_time_floors",
 ]

@@ -75,6 +75,7 @@ HFU adds the recomputation (Korthikanti et al. 2022 §6).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
@@ -85,6 +86,7 @@ from meshplan.parallel import compute
 from meshplan.parallel.activations import activation_bytes_per_layer
 from meshplan.parallel.zero import sync_terms
 from meshplan.plan import Plan, Report
+from meshplan.plan.evaluation import TimeInputs, pipeline_bubble, pp_send_bytes
 from meshplan.plan.report import StepInputs
 from meshplan.schedule.formulas import dualpipe_idle
 from meshplan.spec.hardware import Hardware
@@ -210,13 +212,12 @@ ENGINE_EXECUTION = {
 
 def dualpipe(plan: Plan, ex: Execution) -> bool:
     """Whether ``plan`` runs DualPipe under ``ex``: asked for, and possible (even pp ≥ 2, even m, v = 1)."""
-    return (
-        ex.pipeline == "dualpipe"
-        and plan.pp >= 2
-        and plan.pp % 2 == 0
-        and plan.micro_batches % 2 == 0
-        and plan.virtual_stages == 1
-    )
+    return _dualpipe(plan, ex, plan.virtual_stages)
+
+
+def _dualpipe(plan: Plan, ex: Execution, v: int) -> bool:
+    """``dualpipe`` for ``plan`` with ``v`` chunks per rank."""
+    return ex.pipeline == "dualpipe" and plan.pp >= 2 and plan.pp % 2 == 0 and plan.micro_batches % 2 == 0 and v == 1
 
 
 def execution_for(accounting: str) -> Execution:
@@ -416,7 +417,7 @@ def _op_share(m, layers: range, recompute: str) -> float:
     return add_up(compute.op_recomputed_params(L, m) for L in specs) / total if total else 0.0
 
 
-def _micro_batch(report: Report | StepInputs, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
+def _micro_batch(report: Report | StepInputs | TimeInputs, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
     p, m, hw, d = report.plan, report.plan.model, report.plan.hardware, report.plan.dims
     t, c, e, s, b, h = d.tp, d.cp, d.ep, p.seq, p.micro_batch_size, m.hidden_size
     flash = ex.attention == "flash"
@@ -556,7 +557,7 @@ def _dp_exposed_s(report: Report | StepInputs, mb: MicroBatch, units: int, ex: E
 
 
 def _slowest_stage(
-    report: Report | StepInputs, ex: Execution, cal: Calibration, memo: dict | None = None
+    report: Report | StepInputs | TimeInputs, ex: Execution, cal: Calibration, memo: dict | None = None
 ) -> tuple[int, MicroBatch]:
     """The pipeline stage whose micro-batch takes longest, and that time (stages with the same work computed once).
     ``memo`` (a search's, for plans of one model, hardware, sequence length, ledger, execution and calibration)
@@ -567,31 +568,98 @@ def _slowest_stage(
     p = report.plan
     best: tuple[int, MicroBatch] | None = None
     seen: set[tuple] = set()
-    d, link = p.dims, report.link
-    shared = (
-        d.tp, d.cp, d.ep, d.etp, p.micro_batch_size, p.recompute, p.sequence_parallel, link["tp"], link["cp"],
-        link["ep"], dualpipe(p, ex),
-    )  # fmt: skip
     kinds, stages = layer_kinds(p.model), p.stages
     for group in p.stage_groups:  # in the order of their first stage
         st = stages[group[0]]
-        # all _micro_batch reads of a stage: its layers' kinds (their work, attention and experts) and whether it
-        # holds the head
         key = (kinds[st.layers.start : st.layers.stop], st.index == p.pp - 1)  # linear layers among the kinds
         if key in seen:
             continue
         seen.add(key)
-        if memo is None:
-            mb = _micro_batch(report, st, ex, cal)
-        else:
-            got = memo.get((shared, key))
-            if got is None:
-                got = memo[shared, key] = _micro_batch(report, st, ex, cal)
-            mb = got
+        mb = _stage_micro_batch(report, st, ex, cal, memo)
         if best is None or mb.total_s > best[1].total_s:
             best = (st.index, mb)
     assert best is not None
     return best
+
+
+def _stage_micro_batch(
+    report: Report | StepInputs | TimeInputs, st: Stage, ex: Execution, cal: Calibration, memo: dict | None
+) -> MicroBatch:
+    """``_micro_batch`` of stage ``st``, kept in ``memo`` (when given) by all it reads (see ``_slowest_stage``)."""
+    if memo is None:
+        return _micro_batch(report, st, ex, cal)
+    p, d, link = report.plan, report.plan.dims, report.link
+    # all _micro_batch reads of a stage: the mesh's and the plan's settings below, its layers' kinds (their work,
+    # attention and experts) and whether it holds the head
+    key = (
+        d.tp, d.cp, d.ep, d.etp, p.micro_batch_size, p.recompute, p.sequence_parallel, link["tp"], link["cp"],
+        link["ep"], dualpipe(p, ex), layer_kinds(p.model)[st.layers.start : st.layers.stop], st.index == p.pp - 1,
+    )  # fmt: skip
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _micro_batch(report, st, ex, cal)
+    return got
+
+
+def _pipeline_s(
+    p: Plan,
+    v: int,
+    link: str | None,
+    pp_bytes: float,
+    bubble: float,
+    mb: MicroBatch,
+    ex: Execution,
+    cal: Calibration,
+) -> tuple[float, float]:
+    """The pipeline's two terms for ``p`` with ``v`` chunks per rank: the seconds of one micro-batch's
+    stage-to-stage sends (``pp_bytes``: the bytes a GPU sends per step, on ``link``; each chunk's sends pay a
+    latency) and the bubble's seconds (``bubble``: its fraction of the ideal compute time,
+    ``parallel.pp.bubble_fraction``, of slots of the slowest stage's micro-batch ``mb`` plus its sends; DualPipe's
+    idle time from its own formula)."""
+    m, pp = p.micro_batches, p.pp
+    duals = _dualpipe(p, ex, v)
+    pp_mb = 0.0
+    if pp > 1 and link and not duals:
+        sent = pp_bytes / m
+        if ex.pp_scatter_gather and not p.accounting.pp_send_divided(p.sequence_parallel):
+            sent /= p.tp
+        pp_mb = sent / (p.hardware.bandwidth(link) * cal.link_efficiency) + 2 * v * collective_latency_s(
+            "send", 2, link
+        )
+    slot = mb.total_s + pp_mb
+    if pp == 1:
+        return pp_mb, 0.0
+    if duals:
+        # W = B/2: the weight-gradient half of the backward (DeepSeek-V3 Table 2's W)
+        return pp_mb, dualpipe_idle(pp, mb.forward_s + mb.tp_s + mb.cp_s, mb.backward_s / 2, mb.backward_s / 2)
+    return pp_mb, bubble * m * slot
+
+
+def step_time_floors(
+    inputs: TimeInputs,
+    chunks: Iterable[int],
+    execution: Execution | None = None,
+    calibration_: Calibration | None = None,
+    _memo: dict | None = None,
+) -> dict[int, float]:
+    """For each virtual-stage count v of ``chunks``, a lower bound on ``step_time(...).total_s`` of ``inputs.plan``
+    with v chunks per pipeline rank, at any ZeRO stage and with any model states: every term ``step_time`` adds but
+    the two that read them, the exposed data-parallel synchronisation and the optimizer step, which are never
+    negative, with the micro-batch time of one stage (``inputs.stage``) in place of the slowest stage's, which is no
+    shorter, and the sends and bubble (``_pipeline_s``), which grow with it. ``step_time`` reads the chunk count
+    nowhere else. A search prunes with it (``search.search(top=)``); each bound is 10⁻¹² below that partial sum, so
+    that the order of the float additions cannot put it above the step time."""
+    p = inputs.plan
+    ex = execution or execution_for(p.accounting.name)
+    cal = calibration_ or calibration_for(p.hardware)
+    m = p.micro_batches
+    mb = _stage_micro_batch(inputs, p.stages[inputs.stage], ex, cal, _memo)
+    per_micro_batch = m * mb.compute_s + m * mb.tp_s + m * mb.cp_s + m * mb.ep_s
+    out = {}
+    for v in chunks:
+        pp_mb, bubble = _pipeline_s(p, v, inputs.link["pp"], pp_send_bytes(p, v), pipeline_bubble(p, v), mb, ex, cal)
+        out[v] = (per_micro_batch + m * pp_mb + bubble) * (1 - 1e-12)
+    return out
 
 
 def step_time(
@@ -607,25 +675,12 @@ def step_time(
     p = report.plan
     ex = execution or execution_for(p.accounting.name)
     cal = calibration_ or calibration_for(p.hardware)
-    m, pp, v = p.micro_batches, p.pp, p.virtual_stages
+    m = p.micro_batches
     k, mb = _slowest_stage(report, ex, cal, _memo)
     hw = p.hardware
-
-    link = report.link["pp"]
-    pp_mb = 0.0
-    if pp > 1 and link and not dualpipe(p, ex):
-        sent = report.comm_bytes_per_step["pp"] / m
-        if ex.pp_scatter_gather and not p.accounting.pp_send_divided(p.sequence_parallel):
-            sent /= p.tp
-        pp_mb = sent / (hw.bandwidth(link) * cal.link_efficiency) + 2 * v * collective_latency_s("send", 2, link)
-    slot = mb.total_s + pp_mb
-    if pp == 1:
-        bubble = 0.0
-    elif dualpipe(p, ex):
-        # W = B/2: the weight-gradient half of the backward (DeepSeek-V3 Table 2's W)
-        bubble = dualpipe_idle(pp, mb.forward_s + mb.tp_s + mb.cp_s, mb.backward_s / 2, mb.backward_s / 2)
-    else:
-        bubble = report.bubble * m * slot
+    pp_mb, bubble = _pipeline_s(
+        p, p.virtual_stages, report.link["pp"], report.comm_bytes_per_step["pp"], report.bubble, mb, ex, cal
+    )
     units = max(p.stages[k].num_layers, 1)
     states = report.model_states_terms
     optimizer_bytes = add_up(states.values()) + add_up(states.get(x, 0.0) for x in ("master", "adam_m", "adam_v"))
@@ -755,4 +810,5 @@ __all__ = [
     "model_flop_per_step",
     "step_report",
     "step_time",
+    "step_time_floors",
 ]

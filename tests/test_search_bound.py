@@ -1,0 +1,120 @@
+"""A search with ``top`` (the command line's) prices only the plans that can rank among the ``top`` fastest or within
+the model's uncertainty of the fastest, and what it ranks is exactly the head of the full search's ranking: every
+plan that fits with a step time up to its bound, with the same reports and step times, in the same order. Its
+rejections are the full search's, in enumeration order, less those of the plans it never priced. The bound it prunes
+with (``steptime.step_time_floors``) is at most the step time of every plan, in every ledger, execution and layout
+the cases cover: DualPipe, TP overlap hiding what the GEMMs cover, torchtitan's op-level recomputation, uneven and
+interleaved stages, MoE with EP across nodes."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from test_search_pruning import CASES, HEAVY
+
+from meshplan.core.validation import MeshplanError
+from meshplan.plan.evaluation import time_inputs
+from meshplan.search import SearchResult, search
+from meshplan.steptime import execution_for, step_time_floors
+
+H100 = "h100-sxm-80gb"
+
+
+def _is_subsequence(part, whole) -> bool:
+    it = iter(whole)
+    return all(any(x == y for y in it) for x in part)
+
+
+def _check_head(bounded: SearchResult, full: SearchResult, top: int) -> None:
+    head = [c for c in full.ranked if c.step.total_s <= bounded.bound_s]
+    assert [(c.plan, c.step, c.memory_total) for c in bounded.ranked] == [
+        (c.plan, c.step, c.memory_total) for c in head
+    ]
+    assert len(bounded.ranked) >= min(top, len(full.ranked))
+    if full.ranked:  # every plan the model cannot tell from the fastest is ranked
+        best = full.ranked[0].step.total_s
+        assert all(c.step.total_s <= bounded.bound_s for c in full.ranked if c.step.total_s <= best * 1.1)
+    assert bounded.enumerated == full.enumerated
+    assert bounded.unranked == bounded.enumerated - len(bounded.ranked) - len(bounded.rejected)
+    assert bounded.unranked >= len(full.ranked) - len(head)
+    assert _is_subsequence(bounded.rejected, full.rejected)
+    assert bounded.tied_ranks() == full.tied_ranks()[: len(bounded.ranked)]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in CASES])
+def test_a_bounded_search_ranks_the_head_of_the_full_ranking(name):
+    kw = CASES[name]
+    full = search(**kw)
+    for top in (1, 10):
+        _check_head(search(**kw, top=top), full, top)
+
+
+BOUND_CASES: dict[str, dict[str, Any]] = {
+    "megatron, DeepSeek-V3 under DualPipe": {
+        "model": "deepseek-v3",
+        "gpus": 256,
+        "seq": 4096,
+        "global_batch": 512,
+        "hardware": H100,
+        "accounting": "megatron",
+        "execution": replace(execution_for("megatron"), pipeline="dualpipe"),
+        "zero_stages": (1,),
+        "micro_batch_sizes": (1,),
+    },
+    "fsdp2, op-level recomputation, TP overlap hiding what the GEMMs cover": {
+        "model": "llama-3.1-8b",
+        "gpus": 32,
+        "seq": 8192,
+        "global_batch": 64,
+        "hardware": H100,
+        "accounting": "fsdp2",
+        "execution": replace(execution_for("fsdp2"), tp_overlap="full"),
+        "recompute": ("none", "selective", "full", "op"),
+    },
+    "megatron, MoE with EP across nodes, fp8": {
+        "model": "qwen3-30b-a3b",
+        "gpus": 64,
+        "seq": 8192,
+        "global_batch": 128,
+        "hardware": H100,
+        "accounting": "megatron",
+        "precision": "fp8",
+        "micro_batch_sizes": (1, 2),
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(BOUND_CASES))
+def test_the_floor_is_at_most_every_plans_step_time(name):
+    kw = BOUND_CASES[name]
+    full = search(**kw)
+    assert full.ranked
+    for c in full.ranked:
+        v = c.plan.virtual_stages
+        floor = step_time_floors(time_inputs(c.plan), (v,), c.execution)[v]
+        assert 0 < floor <= c.step.total_s, c.label()
+    _check_head(search(**kw, top=10), full, 10)
+
+
+def test_a_bounded_search_of_sixteen_thousand_gpus_ranks_what_the_full_one_ranks_first():
+    kw: dict[str, Any] = {
+        "model": "llama-3.1-405b",
+        "gpus": 16384,
+        "seq": 8192,
+        "global_batch": 2048,
+        "hardware": H100,
+        "accounting": "megatron",
+    }
+    bounded = search(**kw, top=10)
+    assert len(bounded.ranked) >= 10 and math.isfinite(bounded.bound_s)
+    assert bounded.unranked > 10 * len(bounded.ranked)  # most plans are never priced
+    _check_head(bounded, search(**kw), 10)
+
+
+def test_top_is_checked():
+    with pytest.raises(MeshplanError) as err:
+        search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8, top=0)
+    assert err.value.factor == "top"
