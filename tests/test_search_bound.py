@@ -94,7 +94,7 @@ def test_the_floor_is_at_most_every_plans_step_time(name):
     assert full.ranked
     for c in full.ranked:
         v = c.plan.virtual_stages
-        floor = step_time_floors(time_inputs(c.plan), (v,), c.execution)[v]
+        floor = step_time_floors([time_inputs(c.plan)], (v,), c.execution)[v, c.plan.recompute]
         assert 0 < floor <= c.step.total_s, c.label()
     _check_head(search(**kw, top=10), full, 10)
 

@@ -46,7 +46,7 @@ import copy
 import heapq
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
@@ -232,6 +232,61 @@ class Rejection:
     engine_refusal: bool = False
 
 
+class Rejections(Sequence[Rejection]):
+    """A search's rejections in enumeration order, each built when first read: a search rejects most of its plans on
+    rules that hold for a whole group (a mesh crossing nodes, a batch that does not divide, a plan rule of its shape),
+    kept as records of (settings, the recompute modes they hold for, (constraint, message, engine refusal)). Equal to
+    any sequence of the same rejections; counted by constraint without building them."""
+
+    def __init__(self, records: tuple[tuple[Mapping[str, Any], tuple[str, ...], Reason], ...] = ()):
+        self._records = records
+        self._len = add_up(len(modes) for _, modes, _ in records)
+        self._items: tuple[Rejection, ...] | None = None
+
+    def _all(self) -> tuple[Rejection, ...]:
+        if self._items is None:
+            self._items = tuple(
+                Rejection({**settings, "recompute": rc}, *reason)
+                for settings, modes, reason in self._records
+                for rc in modes
+            )
+        return self._items
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._all()[i]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Rejections({len(self):,} plans)"
+
+    def by_constraint(self) -> dict[str, int]:
+        """How many plans each constraint rejected first, in the order of their first rejection."""
+        out: dict[str, int] = {}
+        for _, modes, (constraint, _, _) in self._records:
+            out[constraint] = out.get(constraint, 0) + len(modes)
+        return out
+
+    def examples(self) -> dict[str, Rejection]:
+        """The first rejection of each constraint."""
+        out: dict[str, Rejection] = {}
+        for settings, modes, reason in self._records:
+            if modes and reason[0] not in out:
+                out[reason[0]] = Rejection({**settings, "recompute": modes[0]}, *reason)
+        return out
+
+
 @dataclass(frozen=True)
 class SearchResult:
     """Every enumerated plan: ``ranked`` (fastest first) and ``rejected`` (in enumeration order)."""
@@ -241,7 +296,7 @@ class SearchResult:
     seq: int
     global_batch: int
     ranked: tuple[Candidate, ...]
-    rejected: tuple[Rejection, ...]
+    rejected: Sequence[Rejection]
     enumerated: int = field(default=0)
     band: float = 0.0
     accounting: str = "lab"
@@ -286,10 +341,14 @@ class SearchResult:
 
     def rejections_by_constraint(self) -> dict[str, int]:
         """How many plans each constraint rejected first."""
+        if isinstance(self.rejected, Rejections):
+            return self.rejected.by_constraint()
         return dict(Counter(r.constraint for r in self.rejected))
 
     def rejection_examples(self) -> dict[str, Rejection]:
         """The first rejection of each constraint."""
+        if isinstance(self.rejected, Rejections):
+            return self.rejected.examples()
         out: dict[str, Rejection] = {}
         for r in self.rejected:
             out.setdefault(r.constraint, r)
@@ -507,7 +566,8 @@ class _Pricer:
         # the recompute modes Plan refuses for this model and ledger whatever the mesh (construct.recompute_refusal)
         self.refused = {rc: why for rc in recompute if (why := recompute_refusal(spec, acc, rc))}
         self.ranked: list[Candidate] = []
-        self.rejected: list[Rejection] = []
+        # the rejections, as records of (settings, the recompute modes they hold for, reason): ``Rejections``
+        self.rejected: list[tuple[dict[str, Any], tuple[str, ...], Reason]] = []
         self.verdicts: dict[tuple[int, int, int], Reason | None] = {}  # (zero, b, v) → why not, or None
         # (b, v, recompute) → (bytes per stage, what the last stage's loss and head free before its layers' backward,
         # the stages that can hold a maximum: _leaders)
@@ -543,26 +603,30 @@ class _Pricer:
         if not accepted:
             return {}
         base = None
+        self.enter(dims, keep=True)  # the verdicts found here are the pricing's (1): one Plan per group either way
         for _, zero, v in groups:
+            key = (zero, workload.micro_batch_size, v)
+            if self.verdicts.get(key, None) is not None:
+                continue
             try:
                 base = self._build(dims, workload, zero, v, lps, accepted[0])
+                self.verdicts[key] = None
                 break
-            except PlanError:
-                continue
+            except PlanError as exc:
+                self.verdicts[key] = _reason(exc)
         if base is None:
             return {}
-        out: dict[tuple[int, str], float] = {}
-        chunks = tuple(dict.fromkeys(v for _, _, v in groups))
         inputs = time_inputs(base)
+        probes = []
         for rc in accepted:
             probe = copy.copy(base)
             object.__setattr__(probe, "recompute", rc)
-            got = step_time_floors(inputs.for_recompute(probe), chunks, self.ex, None, self.micro_batches)
-            for v, low in got.items():
-                # a floor that is not a finite number (a hardware rate too small for one) prunes nothing: pricing
-                # the plan raises the step-time model's own error naming the rate
-                out[v, rc] = low if math.isfinite(low) else -math.inf
-        return out
+            probes.append(inputs.for_recompute(probe))
+        chunks = dict.fromkeys(v for _, _, v in groups)
+        got = step_time_floors(probes, chunks, self.ex, None, self.micro_batches)
+        # a floor that is not a finite number (a hardware rate too small for one) prunes nothing: pricing the plan
+        # raises the step-time model's own error naming the rate
+        return {k: low if math.isfinite(low) else -math.inf for k, low in got.items()}
 
     def _build(self, dims, workload, zero, v, lps, rc) -> Plan:
         return Plan(
@@ -580,8 +644,8 @@ class _Pricer:
         )
 
     def reject(self, settings: dict[str, Any], recompute: tuple[str, ...], reason: Reason) -> None:
-        for rc in recompute:
-            self.rejected.append(Rejection({**settings, "recompute": rc}, *reason))
+        """Reject the plans of ``settings`` in every mode of ``recompute`` for ``reason``."""
+        self.rejected.append((settings, recompute, reason))
 
     def group(
         self,
@@ -617,7 +681,7 @@ class _Pricer:
                 try:
                     plan = build(rc)
                 except PlanError as exc:
-                    self.rejected.append(Rejection(here, *_reason(exc)))
+                    self.rejected.append((here, (rc,), _reason(exc)))
                     continue
                 self._keep_if_it_fits(plan, here)
             return
@@ -632,10 +696,10 @@ class _Pricer:
         for rc in recompute:  # (2)
             here = {**settings, "recompute": rc}
             if rc in self.refused:  # the ledger or the model refuses the mode whatever the mesh: Plan checks it first
-                self.rejected.append(Rejection(here, "plan", self.refused[rc]))
+                self.rejected.append((here, (rc,), ("plan", self.refused[rc], False)))
                 continue
             if reason is not None:
-                self.rejected.append(Rejection(here, *reason))
+                self.rejected.append((here, (rc,), reason))
                 continue
             found = self.activations.get((b, v, rc))
             if found is None:
@@ -655,7 +719,7 @@ class _Pricer:
             floor = memory_floor(self.acc.name, ls, [grads[k] for k in leaders], la, freed)
             why = floor_reason(self.acc.name, self.hw, dims, floor) if math.isfinite(floor) else ""
             if why:
-                self.rejected.append(Rejection(here, "memory", why))
+                self.rejected.append((here, (rc,), ("memory", why, False)))
             elif not math.isfinite(floor):  # evaluate names a total too large for a float
                 self._keep_if_it_fits(plans.get(rc) or build(rc), here)
             else:
@@ -679,7 +743,8 @@ class _Pricer:
             peak, k, moment = stage_peak(plan, terms, acts, self.moments)
             room = memory_budget(self.acc.name, self.hw, plan.dims, peak)
             if not room.fits:
-                self.rejected.append(Rejection(settings, "memory", peak_line(peak, moment, k, plan.pp, room)))
+                why = peak_line(peak, moment, k, plan.pp, room)
+                self.rejected.append((settings, (plan.recompute,), ("memory", why, False)))
                 return
         k_mem, most = 0, -math.inf  # the most-loaded stage, the first of equals (evaluate's k_mem)
         for k in leaders:
@@ -696,7 +761,7 @@ class _Pricer:
             step = step_time(report, self.ex)
             self.ranked.append(Candidate(plan, step, self.ex, report.memory_bytes["total"], report))
         else:
-            self.rejected.append(Rejection(settings, "memory", memory_reason(report)))
+            self.rejected.append((settings, (plan.recompute,), ("memory", memory_reason(report), False)))
 
 
 def search(
@@ -876,7 +941,7 @@ def search(
         seq,
         global_batch,
         tuple(ranked),
-        tuple(pricer.rejected),
+        Rejections(tuple(pricer.rejected)),
         n,
         band,
         acc.name,
@@ -886,7 +951,7 @@ def search(
         order,
         top,
         bound,
-        n - len(ranked) - len(pricer.rejected),
+        n - len(ranked) - add_up(len(r[1]) for r in pricer.rejected),
         margin,
     )
 

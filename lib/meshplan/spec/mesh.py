@@ -188,7 +188,19 @@ class Mesh:
         return tuple(base + i * self.strides[axis] for i in range(self.sizes[axis]))
 
     # ---- expert groups: EP is folded inside the stage's ranks, never an axis of its own
+    @cached_property
+    def _expert_arrays(self) -> dict[str, Any]:
+        return {}
+
     def _expert_array(self, axis: str) -> Any:
+        """``_build_expert_array(axis)``, built once per mesh and axis (its link and its first group read it; the
+        mesh is frozen, and no caller writes to the rows)."""
+        got = self._expert_arrays.get(axis)
+        if got is None:
+            got = self._expert_arrays[axis] = self._build_expert_array(axis)
+        return got
+
+    def _build_expert_array(self, axis: str) -> Any:
         """Every EP (or expert-DP) group as the rows of an integer array (numpy, O(world size)).
 
         The expert layers list each stage's ranks in order: with expert-TP = TP, the dp × cp ranks at one TP

@@ -75,7 +75,7 @@ HFU adds the recomputation (Korthikanti et al. 2022 §6).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
@@ -636,29 +636,36 @@ def _pipeline_s(
 
 
 def step_time_floors(
-    inputs: TimeInputs,
+    inputs: Sequence[TimeInputs],
     chunks: Iterable[int],
     execution: Execution | None = None,
     calibration_: Calibration | None = None,
     _memo: dict | None = None,
-) -> dict[int, float]:
-    """For each virtual-stage count v of ``chunks``, a lower bound on ``step_time(...).total_s`` of ``inputs.plan``
-    with v chunks per pipeline rank, at any ZeRO stage and with any model states: every term ``step_time`` adds but
-    the two that read them, the exposed data-parallel synchronisation and the optimizer step, which are never
-    negative, with the micro-batch time of one stage (``inputs.stage``) in place of the slowest stage's, which is no
-    shorter, and the sends and bubble (``_pipeline_s``), which grow with it. ``step_time`` reads the chunk count
-    nowhere else. A search prunes with it (``search.search(top=)``); each bound is 10⁻¹² below that partial sum, so
-    that the order of the float additions cannot put it above the step time."""
-    p = inputs.plan
+) -> dict[tuple[int, str], float]:
+    """For each plan of ``inputs`` (plans alike but for their recompute modes) and each virtual-stage count v of
+    ``chunks``, a lower bound on ``step_time(...).total_s`` of that plan with v chunks per pipeline rank, at any ZeRO
+    stage and with any model states, keyed (v, recompute mode): every term ``step_time`` adds but the two that read
+    them, the exposed data-parallel synchronisation and the optimizer step, which are never negative, with the
+    micro-batch time of one stage (``TimeInputs.stage``) in place of the slowest stage's, which is no shorter, and
+    the sends and bubble (``_pipeline_s``), which grow with it. ``step_time`` reads the chunk count nowhere else. A
+    search prunes with it (``search.search(top=)``); each bound is 10⁻¹² below that partial sum, so that the order of
+    the float additions cannot put it above the step time."""
+    out: dict[tuple[int, str], float] = {}
+    if not inputs:
+        return out
+    p = inputs[0].plan
     ex = execution or execution_for(p.accounting.name)
     cal = calibration_ or calibration_for(p.hardware)
     m = p.micro_batches
-    mb = _stage_micro_batch(inputs, p.stages[inputs.stage], ex, cal, _memo)
-    per_micro_batch = m * mb.compute_s + m * mb.tp_s + m * mb.cp_s + m * mb.ep_s
-    out = {}
-    for v in chunks:
-        pp_mb, bubble = _pipeline_s(p, v, inputs.link["pp"], pp_send_bytes(p, v), pipeline_bubble(p, v), mb, ex, cal)
-        out[v] = (per_micro_batch + m * pp_mb + bubble) * (1 - 1e-12)
+    # the sends and the bubble fraction read the chunks, not the recompute mode
+    per_chunks = {v: (pp_send_bytes(p, v), pipeline_bubble(p, v)) for v in chunks}
+    for one in inputs:
+        q = one.plan
+        mb = _stage_micro_batch(one, q.stages[one.stage], ex, cal, _memo)
+        micro = m * mb.compute_s + m * mb.tp_s + m * mb.cp_s + m * mb.ep_s
+        for v, (sent, bubble) in per_chunks.items():
+            pp_mb, idle = _pipeline_s(q, v, one.link["pp"], sent, bubble, mb, ex, cal)
+            out[v, q.recompute] = (micro + m * pp_mb + idle) * (1 - 1e-12)
     return out
 
 
