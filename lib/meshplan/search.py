@@ -576,6 +576,7 @@ class _Pricer:
         self.states: dict[int, tuple[list[float], list[float], list[dict[str, float]]]] = {}
         self.moments: Moments = {}  # the stages' moments without saved bytes (evaluation._base_moments), per EP size
         self.recompute = recompute
+        self.bound = math.inf  # a bounded search's bound (``_branch_and_bound``): slower plans are left unpriced
         self._by_shape: dict[tuple, tuple[dict, dict]] = {}  # (tp, cp, pp, dp) → (verdicts, activations)
         self._by_experts: dict[tuple, tuple[dict, Moments]] = {}  # (tp, cp, pp, dp, ep) → (states, moments)
         self.micro_batches: dict = {}  # micro-batch times (steptime's _slowest_stage), for the whole search
@@ -738,7 +739,18 @@ class _Pricer:
         """(3) A plan over no floor: its peak from the stages' moments (``evaluation.stage_peak``, ``evaluate``'s
         numbers to the bit; the lab's verdict is its total, which the floor has checked), and if it fits, its step
         time from its ``StepInputs`` with the reported stage's model states: the most-loaded stage, as ``evaluate``
-        finds it from the same sums. Its report is built when it is read (``Candidate.report``)."""
+        finds it from the same sums. Its report is built when it is read (``Candidate.report``). In a bounded
+        search (``self.bound`` finite) the step time comes first, and a plan slower than the bound is left there,
+        neither ranked nor checked at its peak."""
+        k_mem, most = 0, -math.inf  # the most-loaded stage, the first of equals (evaluate's k_mem)
+        for k in leaders:
+            if states[k] + acts[k] > most:
+                k_mem, most = k, states[k] + acts[k]
+        step = None
+        if self.bound < math.inf:
+            step = step_time(step_inputs(plan, terms[k_mem]), self.ex, None, self.micro_batches)
+            if step.total_s > self.bound:
+                return
         if self.acc.name != "lab":
             peak, k, moment = stage_peak(plan, terms, acts, self.moments)
             room = memory_budget(self.acc.name, self.hw, plan.dims, peak)
@@ -746,11 +758,8 @@ class _Pricer:
                 why = peak_line(peak, moment, k, plan.pp, room)
                 self.rejected.append((settings, (plan.recompute,), ("memory", why, False)))
                 return
-        k_mem, most = 0, -math.inf  # the most-loaded stage, the first of equals (evaluate's k_mem)
-        for k in leaders:
-            if states[k] + acts[k] > most:
-                k_mem, most = k, states[k] + acts[k]
-        step = step_time(step_inputs(plan, terms[k_mem]), self.ex, None, self.micro_batches)
+        if step is None:
+            step = step_time(step_inputs(plan, terms[k_mem]), self.ex, None, self.micro_batches)
         self.ranked.append(Candidate(plan, step, self.ex, total))
 
     def _keep_if_it_fits(self, plan: Plan, settings: dict[str, Any]) -> None:
@@ -999,7 +1008,7 @@ def _branch_and_bound(
                 elif t < -fastest[0]:
                     heapq.heapreplace(fastest, -t)
             if len(fastest) == top:
-                bound = max(-fastest[0], best * (1 + margin))
+                bound = pricer.bound = max(-fastest[0], best * (1 + margin))
     return bound
 
 

@@ -88,10 +88,23 @@ __all__ = [
 
 
 @lru_cache(maxsize=4096)
+def _mesh(dims: ParallelDims, gpus_per_node: int) -> Mesh:
+    """The mesh of a shape, kept with the links it has worked out (large expert meshes walk their groups:
+    ``_worked_out`` drops the groups once the links are known, so that a search's cache holds no world-sized
+    arrays)."""
+    return Mesh.from_dims(dims, gpus_per_node)
+
+
+def _worked_out(mesh: Mesh, keys: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    links = tuple((k, mesh.link(k)) for k in keys)
+    mesh.forget_groups()
+    return links
+
+
+@lru_cache(maxsize=4096)
 def _links(dims: ParallelDims, gpus_per_node: int) -> tuple[tuple[str, str | None], ...]:
     """The link of every traffic key for a mesh shape (cached: large expert meshes walk their groups)."""
-    mesh = Mesh.from_dims(dims, gpus_per_node)
-    return tuple((k, mesh.link(k)) for k in TRAFFIC)
+    return _worked_out(_mesh(dims, gpus_per_node), TRAFFIC)
 
 
 def lab_per_layer(plan: Plan) -> float:
@@ -634,9 +647,17 @@ def _plan_links(plan: Plan) -> dict[str, str | None]:
     return link
 
 
+@lru_cache(maxsize=4096)
+def _time_links(dims: ParallelDims, gpus_per_node: int) -> tuple[tuple[str, str | None], ...]:
+    """The links ``TimeInputs`` reads (TP's, CP's and EP's, and the pipeline's) for a mesh shape: not the data- and
+    expert-data-parallel groups', the costliest to work out on a large expert mesh."""
+    return _worked_out(_mesh(dims, gpus_per_node), ("tp", "cp", "ep", "pp"))
+
+
 class TimeInputs(NamedTuple):
-    """What ``steptime.step_time_floors`` reads of a plan besides the plan itself: its links and TP's, CP's and EP's
-    collectives, as ``step_inputs`` computes them, and the stage whose micro-batch it times (``time_inputs``)."""
+    """What ``steptime.step_time_floors`` reads of a plan besides the plan itself: its TP, CP, EP and pipeline links
+    and TP's, CP's and EP's collectives, as ``step_inputs`` computes them, and the stage whose micro-batch it times
+    (``time_inputs``)."""
 
     plan: Plan
     link: dict[str, str | None]
@@ -653,7 +674,7 @@ def time_inputs(plan: Plan) -> TimeInputs:
     """``TimeInputs`` of ``plan``, timing the stage ``step_inputs`` reports the traffic of (the most layers, the most
     MoE layers among ties): the most work of any stage but for the embedding and head."""
     stage = _traffic_stage(plan.model, plan.pp, plan.layers_per_stage, plan.stage_balance)
-    return TimeInputs(plan, _plan_links(plan), _plan_collectives(plan), stage)
+    return TimeInputs(plan, dict(_time_links(plan.dims, plan.hardware.gpus_per_node)), _plan_collectives(plan), stage)
 
 
 def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInputs:

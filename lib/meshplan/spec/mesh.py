@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 from math import gcd
-from types import MappingProxyType
 from typing import Any
 
 from meshplan.core.units import add_up
@@ -192,6 +191,10 @@ class Mesh:
     def _expert_arrays(self) -> dict[str, Any]:
         return {}
 
+    def forget_groups(self) -> None:
+        """Drop the expert groups worked out so far (a world-sized array per axis); the links stay."""
+        self._expert_arrays.clear()
+
     def _expert_array(self, axis: str) -> Any:
         """``_build_expert_array(axis)``, built once per mesh and axis (its link and its first group read it; the
         mesh is frozen, and no caller writes to the rows)."""
@@ -261,13 +264,17 @@ class Mesh:
             ]
         return [[lst[b * span + q] for b in range(blocks)] for lst in lists for q in range(span)]
 
-    def _expert_group(self, rank: int, axis: str) -> tuple[int, ...]:
+    def _expert_row(self, rank: int, axis: str) -> Any:
+        """The row of ``_expert_array`` that holds ``rank`` (a numpy array, or a list without numpy)."""
         self._check_rank(rank)
         rows = self._expert_array(axis)
         if isinstance(rows, list):  # no numpy: _expert_rows
-            return next(tuple(row) for row in rows if rank in row)
+            return next(row for row in rows if rank in row)
         where = (rows == rank).any(axis=1).nonzero()[0]
-        return tuple(int(x) for x in rows[where[0]])
+        return rows[where[0]]
+
+    def _expert_group(self, rank: int, axis: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in self._expert_row(rank, axis))
 
     def _expert_groups(self, axis: str) -> list[tuple[int, ...]]:
         return sorted(tuple(int(x) for x in row) for row in self._expert_array(axis))
@@ -323,12 +330,14 @@ class Mesh:
         the residues r0 mod g of the groups' first ranks take at most g values (g = GPUs per node), so the work
         is bounded by g, not by the world size. Other expert groups are enumerated."""
         self._check_axis(axis)
-        return self._links[axis]
+        links = self._links
+        if axis not in links:  # worked out on first use, axis by axis: the mesh is frozen
+            links[axis] = self._link(axis)
+        return links[axis]
 
     @cached_property
-    def _links(self) -> Mapping[str, str | None]:
-        """The link of every axis (``GROUP_AXES``), worked out on first use: the mesh is frozen."""
-        return MappingProxyType({a: self._link(a) for a in GROUP_AXES})
+    def _links(self) -> dict[str, str | None]:
+        return {}
 
     def _link(self, axis: str) -> str | None:
         n = self.size(axis)
@@ -349,8 +358,12 @@ class Mesh:
         coordinate along the run is 0 (checked on the first group; the layout is the same for every group)."""
         if axis in AXES:
             return True
-        g0 = self.group(0, axis)
-        return g0 == tuple(g0[0] + i * stride for i in range(len(g0)))
+        g0 = self._expert_row(0, axis)
+        if isinstance(g0, list):  # no numpy
+            return g0 == [g0[0] + i * stride for i in range(len(g0))]
+        import numpy as np  # _expert_array found it
+
+        return bool((g0 == g0[0] + stride * np.arange(len(g0), dtype=np.int64)).all())
 
     def _max_first_residue(self, axis: str, stride: int) -> int:
         """max over the groups along ``axis`` of (first rank mod g): the first ranks are q·(S·n) + j for j < S and
