@@ -8,6 +8,7 @@ interleaved stages, MoE with EP across nodes."""
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,7 @@ from test_search_pruning import CASES, HEAVY
 
 from meshplan.core.validation import MeshplanError
 from meshplan.plan.evaluation import time_inputs
-from meshplan.search import SearchResult, search
+from meshplan.search import COARSE_FLOOR, SearchResult, search
 from meshplan.steptime import execution_for, step_time_floors
 
 H100 = "h100-sxm-80gb"
@@ -96,6 +97,11 @@ def test_the_floor_is_at_most_every_plans_step_time(name):
         v = c.plan.virtual_stages
         floor = step_time_floors([time_inputs(c.plan)], (v,), c.execution)[v, c.plan.recompute]
         assert 0 < floor <= c.step.total_s, c.label()
+        if c.execution.pipeline != "dualpipe":  # the coarse floor: the same plan without recomputation
+            plain = copy.copy(c.plan)
+            object.__setattr__(plain, "recompute", COARSE_FLOOR)
+            coarse = step_time_floors([time_inputs(plain)], (v,), c.execution)[v, COARSE_FLOOR]
+            assert coarse <= floor, c.label()
     _check_head(search(**kw, top=10), full, 10)
 
 

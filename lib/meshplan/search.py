@@ -30,6 +30,17 @@ what its shape, ZeRO stage, micro-batch size and virtual stages share, exactly a
 the plans that fit are evaluated and timed (``_Pricer``, which proves it; the tests hold it to pricing every plan
 on its own). A search that would enumerate more than ``MAX_PLANS`` plans is refused before it starts.
 
+Bounded search (``top=N``, what ``meshplan search --top N`` runs): the plans of each mesh, EP size and micro-batch
+size form a block with a lower bound on every plan's step time (``steptime.step_time_floors``: every term but the
+exposed DP synchronisation and the optimizer step, which read the ZeRO stage and model states, with one stage's
+micro-batch); blocks are priced in the order of their bounds until the next bound is above the ``N``-th fastest
+step time found or the fastest's × (1 + the model's largest ratio error), whichever is larger (``_branch_and_bound``).
+``ranked`` is then exactly the head of the full ranking: every plan that fits with a step time up to ``bound_s``,
+the same reports and times in the same order; ``unranked`` counts the plans left (slower, most never priced nor
+checked for memory), and ``rejected`` holds the full search's rejections less those of plans never priced. It
+prices a small share of a large search: of DeepSeek-V3's 123,120 plans on 16,384 H100s at s = 131,072 in the
+megatron ledger, 46 reach the peak-memory check and 27 are ranked (``scripts/benchmark.py --search`` times it).
+
     >>> r = search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8)
     >>> best = r.ranked[0]
     >>> best.plan.tp, best.plan.pp, best.plan.dp, best.plan.zero, best.plan.recompute
@@ -100,6 +111,15 @@ from meshplan.steptime import (
 from meshplan.steptime.contract import plan_json
 
 ZERO_STAGES = (0, 1, 2, 3)
+# The coarse floor of a bounded search's block: ``steptime.step_time_floors`` of its plans without recomputation,
+# which is at most that of any recompute mode of the same plan outside DualPipe. Every term it adds is one that
+# recomputation can only lengthen: the micro-batch's compute (the GEMMs' passes and, for full, the weights read once
+# more; the recomputed attention core or layer; the element-wise passes), its TP, CP and EP collectives (a recompute
+# mode only adds to their lists: parallel.tp, cp, ep), a TP overlap that hides behind the GEMMs taking no more than
+# the GEMMs add, and the 1F1B bubble, a fraction of the micro-batch's time; the sends do not read the mode. DualPipe's
+# idle time reads the forward alone, which full recomputation can shorten where the weights bound the GEMMs, so under
+# DualPipe every mode is floored. ``tests/test_search_bound.py`` holds it on every plan of its cases.
+COARSE_FLOOR = "none"
 RECOMPUTE = ("none", "selective", "full")
 MICRO_BATCH_SIZES = (1, 2, 4)
 # virtual_stages="layers": every count the stage's layers allow (``virtual_stage_counts``), the search's default
@@ -580,6 +600,7 @@ class _Pricer:
         self._by_shape: dict[tuple, tuple[dict, dict]] = {}  # (tp, cp, pp, dp) → (verdicts, activations)
         self._by_experts: dict[tuple, tuple[dict, Moments]] = {}  # (tp, cp, pp, dp, ep) → (states, moments)
         self.micro_batches: dict = {}  # micro-batch times (steptime's _slowest_stage), for the whole search
+        self._bases: dict[tuple, tuple[Plan, Any]] = {}  # a block's plan and TimeInputs, from its coarse floors
 
     def enter(self, dims: ParallelDims, keep: bool) -> None:
         """Price the groups of mesh ``dims`` next: what (1) and (2) share across its EP sizes is kept per
@@ -594,15 +615,22 @@ class _Pricer:
         self.verdicts, self.activations = self._by_shape.setdefault(shape, ({}, {}))
         self.states, self.moments = self._by_experts.setdefault(experts, ({}, {}))
 
-    def floors(self, dims: ParallelDims, workload: Workload, lps, groups: list[tuple[int, int, int]]) -> dict:
+    def floors(
+        self, dims: ParallelDims, workload: Workload, lps, groups: list[tuple[int, int, int]], coarse: bool = False
+    ) -> dict:
         """A lower bound on the step time of every plan of ``groups`` ((enumeration index, ZeRO stage, virtual
         stages) of mesh ``dims`` and ``workload``), per virtual-stage count and recompute mode the ledger and model
         take: ``steptime.step_time_floors``, which reads neither the ZeRO stage nor the model states (one valid plan
         of the block, copied per mode, serves them all). Empty when no plan of the groups can be built, or no mode is
-        taken: their rejections are what pricing them gives."""
+        taken: their rejections are what pricing them gives. ``coarse``: the floors without recomputation alone,
+        keyed (v, "none"), a lower bound on every mode's (``COARSE_FLOOR``), or every mode's under DualPipe."""
         accepted = [rc for rc in self.recompute if rc not in self.refused]
         if not accepted:
             return {}
+        key = (dims, workload.micro_batch_size)
+        if key in self._bases:  # the block's coarse floors found its plan: its modes' floors read the same one
+            base, inputs = self._bases.pop(key)
+            return self._floors(base, inputs, groups, accepted)
         base = None
         self.enter(dims, keep=True)  # the verdicts found here are the pricing's (1): one Plan per group either way
         for _, zero, v in groups:
@@ -618,6 +646,12 @@ class _Pricer:
         if base is None:
             return {}
         inputs = time_inputs(base)
+        if coarse and self.ex.pipeline != "dualpipe":
+            self._bases[key] = (base, inputs)
+            accepted = [COARSE_FLOOR]
+        return self._floors(base, inputs, groups, accepted)
+
+    def _floors(self, base: Plan, inputs, groups: list[tuple[int, int, int]], accepted: list[str]) -> dict:
         probes = []
         for rc in accepted:
             probe = copy.copy(base)
@@ -979,18 +1013,24 @@ def _branch_and_bound(
     left has a floor above it, so every plan at or below the final bound has been priced: the search's ranking up
     to that bound is the full search's. Returns the final bound; appends each priced group's stretch of rejections
     (enumeration index, start, end) to ``stretches``."""
-    heap: list[tuple[float, int]] = []
+    # (floor, block, whether its floors are each mode's): first the coarse floor of every block (COARSE_FLOOR),
+    # each mode's when the block comes up
+    heap: list[tuple[float, int, bool]] = []
     floors: list[dict[tuple[int, str], float]] = []
     for i, (dims, work, lps, groups) in enumerate(blocks):
-        got = pricer.floors(dims, work, lps, groups)
+        got = pricer.floors(dims, work, lps, groups, coarse=True)
         floors.append(got)
-        heap.append((min(got.values()) if got else -math.inf, i))
+        heap.append((min(got.values()) if got else -math.inf, i, not got))
     heapq.heapify(heap)
     fastest: list[float] = []  # the negated ``top`` fastest step times found (a max-heap)
     best, bound = math.inf, math.inf
     while heap and heap[0][0] <= bound:
-        _, i = heapq.heappop(heap)
+        _, i, each = heapq.heappop(heap)
         dims, work, lps, groups = blocks[i]
+        if not each:
+            floors[i] = pricer.floors(dims, work, lps, groups)
+            heapq.heappush(heap, (min(floors[i].values()) if floors[i] else -math.inf, i, True))
+            continue
         pricer.enter(dims, keep=True)
         for index, zero, v in groups:
             # the modes whose floor is at most the bound (a refused mode has none: pricing rejects it)
