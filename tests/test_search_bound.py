@@ -17,9 +17,9 @@ import pytest
 from test_search_pruning import CASES, HEAVY
 
 from meshplan.core.validation import MeshplanError
-from meshplan.plan.evaluation import time_inputs
+from meshplan.plan.evaluation import time_inputs, time_report
 from meshplan.search import COARSE_FLOOR, SearchResult, search
-from meshplan.steptime import execution_for, step_time_floors
+from meshplan.steptime import execution_for, step_time, step_time_floors
 
 H100 = "h100-sxm-80gb"
 
@@ -97,6 +97,12 @@ def test_the_floor_is_at_most_every_plans_step_time(name):
         v = c.plan.virtual_stages
         floor = step_time_floors([time_inputs(c.plan)], (v,), c.execution)[v, c.plan.recompute]
         assert 0 < floor <= c.step.total_s, c.label()
+        # the step time less the optimizer's term: every other term the step time's, to the bit
+        less = step_time(time_report(c.plan), c.execution)
+        assert less.optimizer_s == 0.0 and less.total_s <= c.step.total_s
+        assert {k: x for k, x in less.terms().items() if k != "optimizer_s"} == {
+            k: x for k, x in c.step.terms().items() if k != "optimizer_s"
+        }
         if c.execution.pipeline != "dualpipe":  # the coarse floor: the same plan without recomputation
             plain = copy.copy(c.plan)
             object.__setattr__(plain, "recompute", COARSE_FLOOR)

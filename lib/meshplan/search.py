@@ -89,6 +89,7 @@ from meshplan.plan.evaluation import (
     stage_peak,
     step_inputs,
     time_inputs,
+    time_report,
 )
 from meshplan.plan.reporting import plan_label
 from meshplan.spec.accounting import Accounting, get_accounting
@@ -774,17 +775,19 @@ class _Pricer:
         numbers to the bit; the lab's verdict is its total, which the floor has checked), and if it fits, its step
         time from its ``StepInputs`` with the reported stage's model states: the most-loaded stage, as ``evaluate``
         finds it from the same sums. Its report is built when it is read (``Candidate.report``). In a bounded
-        search (``self.bound`` finite) the step time comes first, and a plan slower than the bound is left there,
-        neither ranked nor checked at its peak."""
+        search (``self.bound`` finite) its step time less the optimizer's term comes first (``time_report``: the
+        same terms, the last one zero, so never more than the step time), and a plan slower than the bound is left
+        there, neither ranked nor checked at its peak."""
         k_mem, most = 0, -math.inf  # the most-loaded stage, the first of equals (evaluate's k_mem)
         for k in leaders:
             if states[k] + acts[k] > most:
                 k_mem, most = k, states[k] + acts[k]
-        step = None
-        if self.bound < math.inf:
-            step = step_time(step_inputs(plan, terms[k_mem]), self.ex, None, self.micro_batches)
-            if step.total_s > self.bound:
-                return
+        # a bounded search: the step time less the optimizer's term (``time_report``) must be at most the bound
+        if (
+            self.bound < math.inf
+            and step_time(time_report(plan), self.ex, None, self.micro_batches).total_s > self.bound
+        ):
+            return
         if self.acc.name != "lab":
             peak, k, moment = stage_peak(plan, terms, acts, self.moments)
             room = memory_budget(self.acc.name, self.hw, plan.dims, peak)
@@ -792,8 +795,7 @@ class _Pricer:
                 why = peak_line(peak, moment, k, plan.pp, room)
                 self.rejected.append((settings, (plan.recompute,), ("memory", why, False)))
                 return
-        if step is None:
-            step = step_time(step_inputs(plan, terms[k_mem]), self.ex, None, self.micro_batches)
+        step = step_time(step_inputs(plan, terms[k_mem]), self.ex, None, self.micro_batches)
         self.ranked.append(Candidate(plan, step, self.ex, total))
 
     def _keep_if_it_fits(self, plan: Plan, settings: dict[str, Any]) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from types import MappingProxyType
 from typing import NamedTuple
 
 from meshplan.core.collectives import Collective, ledger_bytes
@@ -677,26 +678,68 @@ def time_inputs(plan: Plan) -> TimeInputs:
     return TimeInputs(plan, dict(_time_links(plan.dims, plan.hardware.gpus_per_node)), _plan_collectives(plan), stage)
 
 
+def _grad_sync(plan: Plan, st: Stage) -> dict[str, float]:
+    """The gradient synchronisation bytes per step of stage ``st``'s GPU (``Report.grad_sync_bytes``): DP's and
+    CP's of the dense parameters (with the experts' when they sync together), the expert-data-parallel group's."""
+    d = plan.dims
+    t, e = d.tp, d.ep
+    schedule = plan.accounting.sync_schedule(plan.zero, d.pp)
+    separate_experts = e > 1 or d.etp != t
+    dense_here = st.dense_params / t
+    experts_gpu = st.expert_params / (d.etp * e)
+    m = plan.micro_batches
+    sync = grad_sync_bytes(dense_here + (0.0 if separate_experts else experts_gpu), d.dp, d.cp, schedule, m)
+    edp = 0.0
+    if separate_experts and experts_gpu:
+        edp = add_up(sync_terms(d.expert_dp, experts_gpu, schedule, m).values())
+    return {"dp": sync["dp"], "cp": sync["cp"], "edp": edp}
+
+
+class TimeReport(NamedTuple):
+    """What ``steptime.step_time`` reads of a report, without the model states (``time_report``): timed, it is the
+    step time less the optimizer step's term, a lower bound on it that a bounded search reads before pricing a
+    plan's memory."""
+
+    plan: Plan
+    link: dict[str, str | None]
+    collectives: dict[str, tuple[Collective, ...]]
+    comm_bytes_per_step: dict[str, float]
+    bubble: float
+    grad_sync_bytes: dict[str, float]
+    model_states_terms: Mapping[str, float]
+
+
+_NO_STATES: Mapping[str, float] = MappingProxyType({})
+
+
+def time_report(plan: Plan) -> TimeReport:
+    """``TimeReport`` of ``plan``: the links, collectives, pipeline sends, bubble and gradient synchronisation that
+    ``step_inputs`` gives it, with no model states."""
+    st = plan.stages[_traffic_stage(plan.model, plan.pp, plan.layers_per_stage, plan.stage_balance)]
+    v = plan.virtual_stages
+    return TimeReport(
+        plan,
+        _plan_links(plan),
+        _plan_collectives(plan),
+        {"pp": pp_send_bytes(plan, v)},
+        pipeline_bubble(plan, v),
+        _grad_sync(plan, st),
+        _NO_STATES,
+    )
+
+
 def step_inputs(plan: Plan, model_states_terms: Mapping[str, float]) -> StepInputs:
     """The bytes part of ``evaluate``: bytes per dimension per step on the stage with the most layers (the most MoE
     layers among ties), each dimension's link and time, TP's, CP's and EP's collectives, the bubble; with the
     reported stage's ``model_states_terms``, all that ``steptime.step_time`` reads of a report. ValueError when a
     byte count overflows a float."""
     m, hw, d = plan.model, plan.hardware, plan.dims
-    t, c, p, e = d.tp, d.cp, d.pp, d.ep
+    p = d.pp
     s, h, mb, v = plan.seq, m.hidden_size, plan.micro_batches, plan.virtual_stages
     st = plan.stages[_traffic_stage(m, p, plan.layers_per_stage, plan.stage_balance)]
-    acc = plan.accounting
-    schedule = acc.sync_schedule(plan.zero, p)
-    separate_experts = e > 1 or d.etp != t
-    dense_here = st.dense_params / t
-    experts_gpu = st.expert_params / (d.etp * e)
     comm = dict.fromkeys(TRAFFIC, 0.0)
-    sync = grad_sync_bytes(dense_here + (0.0 if separate_experts else experts_gpu), d.dp, c, schedule, mb)
-    comm["dp"], comm["cp"] = sync["dp"], sync["cp"]
-    if separate_experts and experts_gpu:
-        comm["edp"] = add_up(sync_terms(d.expert_dp, experts_gpu, schedule, mb).values())
-    grad_sync = {"dp": comm["dp"], "cp": comm["cp"], "edp": comm["edp"]}
+    grad_sync = _grad_sync(plan, st)
+    comm["dp"], comm["cp"], comm["edp"] = grad_sync["dp"], grad_sync["cp"], grad_sync["edp"]
     # TP, CP and EP as lists of collectives per layer and micro-batch (the step-time model prices the same lists)
     collectives = _plan_collectives(plan)
     comm["tp"] = ledger_bytes(collectives["tp"]) * st.num_layers * mb
