@@ -46,10 +46,12 @@ STORED_CONFIG := _build/config-stored.yml
 venv: $(STAMP)
 
 # Reinstall only when requirements.txt (or the library's metadata) changes.
-$(STAMP): requirements.txt $(wildcard lib/pyproject.toml)
+$(STAMP): requirements.txt requirements-torchtitan.txt $(wildcard lib/pyproject.toml)
 	@test -x $(VENV_BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(VENV_BIN)/python -m pip install -r requirements.txt
 	$(VENV_BIN)/python -m pip check
+	rm -rf $(VENV)/engines/torchtitan-0.3.0
+	$(VENV_BIN)/python -m pip install --no-deps --target $(VENV)/engines/torchtitan-0.3.0 -r requirements-torchtitan.txt
 	@touch $@
 
 chromium:

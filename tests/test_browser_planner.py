@@ -326,7 +326,7 @@ def test_search_and_export_print_what_the_cli_prints(planner):
         ]
     )
     assert code == 0 and planner.text_content("#planner-search-out") == out.rstrip("\n")
-    for fmt in ("megatron", "torchtitan", "deepspeed"):
+    for fmt in ("megatron", "torchtitan", "torchtitan-0.3.0", "deepspeed"):
         planner.select_option("#planner-format", fmt)
         _press(planner, "export", "export-out")
         argv = ["export", "--format", fmt, *_argv(settings, "qwen3-30b-a3b")]

@@ -130,3 +130,26 @@ def test_top_is_checked():
     with pytest.raises(MeshplanError) as err:
         search("qwen3.8-27b", gpus=8, seq=4096, global_batch=8, top=0)
     assert err.value.factor == "top"
+
+
+def test_the_band_regime_is_that_of_the_pairs_it_is_measured_on():
+    from meshplan.search import BAND_REGIME, band_regime_gaps, format_search
+    from meshplan.steptime import fitting
+
+    held = [r for r in fitting.validate() if r.scored and r.group.startswith("held out")]
+    pairs = [
+        (a, b)
+        for i, a in enumerate(held)
+        for b in held[i + 1 :]
+        if (a.plan.model.name, a.plan.hardware.name) == (b.plan.model.name, b.plan.hardware.name)
+    ]
+    assert len(pairs) == len(fitting.ratio_errors(fitting.validate()))
+    plans = [r.plan for pair in pairs for r in pair]
+    assert {p.model.is_moe for p in plans} == {BAND_REGIME["moe"]}
+    assert {p.precision for p in plans} == set(BAND_REGIME["precision"])
+    assert {p.hardware.name for p in plans} == set(BAND_REGIME["hardware"])
+    moe = search("qwen3-30b-a3b", gpus=16, seq=4096, global_batch=32, hardware=H100, accounting="megatron", top=5)
+    assert band_regime_gaps(moe.model, moe.precision, moe.hardware) == ["a mixture of experts"]
+    assert "this search is outside them (a mixture of experts)" in format_search(moe, 5)
+    dense = search("llama-3.1-8b", gpus=8, seq=4096, global_batch=16, hardware=H100, accounting="megatron", top=5)
+    assert "outside them" not in format_search(dense, 5)

@@ -1,5 +1,8 @@
 """Export a plan to the engines readers run: Megatron-LM's ``pretrain_gpt.py`` flags with a ``torchrun`` line,
-torchtitan's parallelism settings (TOML), and DeepSpeed's config JSON (``export_deepspeed``: DeepSpeed alone on a
+torchtitan 0.3.0's command (``torchtitan_030``: its current release on PyPI, a config_registry entry with
+command-line overrides, checked by torchtitan 0.3.0's own config classes and ``ParallelDims`` in
+``tests/test_export_torchtitan_030.py``), torchtitan's parallelism settings at commit 6404b93 (TOML), and DeepSpeed's
+config JSON (``export_deepspeed``: DeepSpeed alone on a
 transformers model, data parallelism with ZeRO; the price and notes as ``#`` lines above the JSON, which
 ``deepspeed.initialize`` reads with hjson; strip them, ``grep -v '^#'``, for a loader that wants strict JSON, such
 as transformers' Trainer).
@@ -73,24 +76,31 @@ from functools import cache
 
 from meshplan.core.resources import DATA_DIR
 from meshplan.core.units import fmt_gb
+from meshplan.core.validation import PlanError
 from meshplan.export_deepspeed import deepspeed_config
 from meshplan.parallel.engine_activations import op_projections, spec_implementation
-from meshplan.plan import Plan, evaluate
+from meshplan.plan import Plan, Report, evaluate
 from meshplan.spec.dims import MEGATRON_ORDER, parse_order
 from meshplan.spec.mesh import launch_hosts
 from meshplan.spec.model import ModelSpec
 
 ENGINES_DIR = DATA_DIR / "engines"
-FORMATS = ("megatron", "torchtitan", "deepspeed")
+TORCHTITAN_030 = "torchtitan-0.3.0"  # the format of torchtitan's current release: a command line, not TOML
+FORMATS = ("megatron", "torchtitan", TORCHTITAN_030, "deepspeed")
 TORCHTITAN_COMMIT = "6404b93"
 # What a reader who installs torchtitan today meets (torchtitan 0.3.0 on PyPI, torchtitan/config/manager.py there)
 TORCHTITAN_VERSION_NOTE = (
     f"note: the TOML job settings of torchtitan at {TORCHTITAN_COMMIT}; torchtitan 0.3.0 (PyPI) reads no TOML: it "
     "builds a job from a config_registry entry (--module M --config F, torchtitan/config/manager.py) with "
-    "--section.option overrides, so set these values there (--parallelism.tensor_parallel_degree ...)"
+    "--section.option overrides: --format torchtitan-0.3.0 writes that command"
 )
 TORCHTITAN_MODELS = {"llama": "Llama 3", "deepseek_v3": "DeepSeek-V3"}  # torchtitan/models/ at that commit
-ENGINE_LEDGER = {"megatron": "megatron", "torchtitan": "fsdp2", "deepspeed": "deepspeed"}  # each export's ledger
+ENGINE_LEDGER = {  # each export's ledger
+    "megatron": "megatron",
+    "torchtitan": "fsdp2",
+    TORCHTITAN_030: "fsdp2",
+    "deepspeed": "deepspeed",
+}
 # torchtitan's device mesh, outermost first ["pp", "dp_replicate", "dp_shard", "cp", "tp"]
 # (torchtitan/distributed/parallel_dims.py L136-L139 at 6404b93), in the library's inner-to-outer order strings
 TORCHTITAN_ORDER = MEGATRON_ORDER
@@ -412,9 +422,13 @@ def _mesh_axes(plan: Plan, order: str) -> tuple[str, ...]:
     return tuple(a for a in parse_order(order) if sizes[a] > 1)
 
 
-def _torchtitan_runs(plan: Plan) -> tuple[dict, tuple[str, ...]]:
+def _torchtitan_runs(
+    plan: Plan, sequence_parallel_option: bool = False, experts_over_tp: bool = True
+) -> tuple[dict, tuple[str, ...]]:
     """What torchtitan at 6404b93 runs of ``plan`` where that differs from it, as ``Plan.replace`` changes, with a note
-    each; ValueError for what its settings cannot say."""
+    each; ValueError for what its settings cannot say. ``sequence_parallel_option`` and ``experts_over_tp=False``
+    leave to the caller (torchtitan 0.3.0, ``_torchtitan_030_runs``) the two rules its release changed, and the
+    6404b93 rule on EP, CP and FSDP."""
     changes: dict[str, object] = {}
     notes = []
     # FSDP shards over data_parallel_shard_degree × cp whenever that is more than 1 (its dp_shard_cp mesh,
@@ -445,13 +459,13 @@ def _torchtitan_runs(plan: Plan) -> tuple[dict, tuple[str, ...]]:
             "torchtitan has no --grad-reduce-in-bf16: it reduces gradients in fp32 (mixed_precision_reduce's "
             "default), priced so"
         )
-    if plan.tp > 1 and not plan.sequence_parallel:
+    if plan.tp > 1 and not plan.sequence_parallel and not sequence_parallel_option:
         changes["sp"] = None
         notes.append(
             "torchtitan's tensor parallelism is always sequence parallel (no option turns it off at this commit): "
             "priced with sequence parallelism"
         )
-    if plan.etp != plan.tp:
+    if plan.etp != plan.tp and experts_over_tp:
         changes["expert_tp"] = None
         notes.append(
             f"torchtitan has no expert tensor-parallel size: its experts split over TP {plan.tp} like the dense "
@@ -474,7 +488,7 @@ def _torchtitan_runs(plan: Plan) -> tuple[dict, tuple[str, ...]]:
             )
     zero = changes.get("zero", plan.zero)
     shard = 1 if zero == 0 else plan.dp
-    if plan.ep > 1 and (plan.ep % plan.cp or (shard * plan.cp) % plan.ep):
+    if not sequence_parallel_option and plan.ep > 1 and (plan.ep % plan.cp or (shard * plan.cp) % plan.ep):
         raise ValueError(
             f"ep={plan.ep}: torchtitan's expert parallelism borrows all of CP and part of FSDP's shard degree, so "
             f"cp={plan.cp} must divide ep and ep must divide data_parallel_shard_degree × cp = {shard} × {plan.cp}"
@@ -579,6 +593,149 @@ def torchtitan(plan: Plan) -> tuple[dict, tuple[str, ...]]:
     return settings, tuple(notes)
 
 
+def _torchtitan_030_runs(plan: Plan) -> tuple[dict, tuple[str, ...]]:
+    """What torchtitan 0.3.0 runs of ``plan`` where that differs from it, as ``Plan.replace`` changes, with a note
+    each; ValueError for what its command line cannot say. As at 6404b93 (``_torchtitan_runs``): FSDP over
+    data_parallel_shard_degree × cp (its ``fsdp`` mesh, ``parallel_dims.py`` L257-L262 in the wheel), no ZeRO-1,
+    gradients reduced in fp32 (``TrainingConfig.mixed_precision_reduce``: ``Literal["float32"]``, configs.py L93),
+    the mesh pp, dp, cp, tp, op-level selective checkpointing. What changed: sequence parallelism is an option
+    (``enable_sequence_parallel``, configs.py L160); expert parallelism borrows ranks from FSDP, CP and TP (efsdp =
+    dp_shard × cp × tp ÷ ep, ``parallel_dims.py`` L258; the ParallelismConfig docstring L279-L286), and the routed
+    experts are sharded over EP alone, not TP, whenever ep > 1 (``expert_param_placement_sparse``,
+    models/common/moe_sharding.py L22-L38), over TP like the dense layers when ep = 1 (L41-L56)."""
+    changes, notes = _torchtitan_runs(plan, sequence_parallel_option=True, experts_over_tp=plan.ep == 1)
+    zero = changes.get("zero", plan.zero)
+    shard = 1 if zero == 0 else plan.dp
+    if plan.ep > 1 and (shard * plan.cp * plan.tp) % plan.ep:
+        raise ValueError(
+            f"ep={plan.ep}: torchtitan 0.3.0's expert parallelism borrows ranks from FSDP, CP and TP, so ep must "
+            f"divide data_parallel_shard_degree × cp × tp = {shard} × {plan.cp} × {plan.tp}"
+            + (" (ZeRO-0 runs as DDP, shard degree 1)" if zero == 0 else "")
+            + " (torchtitan/distributed/parallel_dims.py L258 in the 0.3.0 wheel)"
+        )
+    if plan.ep > 1 and plan.etp != 1:
+        changes["expert_tp"] = 1
+        notes = (
+            *notes,
+            f"torchtitan 0.3.0 shards the routed experts over EP alone when ep > 1, not over TP {plan.etp} "
+            "(models/common/moe_sharding.py L22-L38): priced with expert TP 1",
+        )
+    return changes, notes
+
+
+def _torchtitan_030_entry(plan: Plan) -> tuple[str, str | None, str]:
+    """torchtitan 0.3.0's config_registry entry for ``plan``'s model and precision: (module, config function or
+    None when it has none, the entry's source), matched by family, layers, hidden size and vocabulary
+    (``data/engines/torchtitan-0.3.0.json``). PlanError naming ``precision`` when the model has an entry but none in
+    the plan's precision: the registry's converters set it, and the command line cannot (``model_spec`` is
+    suppressed from tyro, trainer.py L75-L77)."""
+    data = engine_file(TORCHTITAN_030)
+    m = plan.model
+    for r in data["registry"]:
+        if (r["family"], r["num_layers"], r["hidden_size"], r["vocab_size"]) == (
+            m.family,
+            m.num_layers,
+            m.hidden_size,
+            m.vocab_size,
+        ):
+            config = r["precision"].get(plan.precision)
+            if config is None:
+                raise PlanError(
+                    f"precision={plan.precision!r}: torchtitan 0.3.0's config_registry has no {plan.precision} entry "
+                    f"for {m.name} (only {', '.join(r['precision'])}: {r['source']}); its converters are set in the "
+                    "registry entry, not on the command line",
+                    "precision",
+                )
+            return r["module"], config, r["source"]
+    return data["modules"].get(m.family, m.family), None, ""
+
+
+@dataclass(frozen=True)
+class TorchtitanCommand:
+    """torchtitan 0.3.0's launch: the ``torchrun`` argv up to ``-m torchtitan.train``, then its arguments (the
+    registry entry, the overrides as (flag, value or None), the activation-checkpoint subcommand last), and notes."""
+
+    torchrun: list
+    args: list
+    notes: tuple = ()
+
+    def argv(self) -> list[str]:
+        """The arguments after ``-m torchtitan.train``, as torchtitan's parser receives them."""
+        out: list[str] = []
+        for flag, value in self.args:
+            out += [flag] if value is None else [flag, str(value)]
+        return out
+
+    def command(self) -> str:
+        """The shell command, one argument per line."""
+        lines = [" ".join([*self.torchrun, "-m", "torchtitan.train"])]
+        lines += [f"    {f}" + (f" {shlex.quote(str(v))}" if v is not None else "") for f, v in self.args]
+        return "\n".join([f"# note: {n}" for n in self.notes] + [" \\\n".join(lines)])
+
+
+def torchtitan_030(plan: Plan, master: str = "$MASTER_ADDR:29500") -> TorchtitanCommand:
+    """torchtitan 0.3.0's command for ``plan`` (``engine_plan(plan, "torchtitan-0.3.0")`` is the plan it runs):
+    the config_registry entry of its model and precision, and every override the price reads, so that the
+    entry's own parallelism, batch and checkpointing do not apply; ValueError (a PlanError naming its factor) for
+    what the command line cannot say."""
+    changes, notes_ = _torchtitan_030_runs(plan)
+    notes = list(notes_)
+    module, config, source = _torchtitan_030_entry(plan)
+    if config is None:
+        config = f"{plan.model.name.replace('-', '_').replace('.', '_')}_config"
+        notes.append(
+            f"torchtitan 0.3.0 has no config_registry entry for {plan.model.name} ({plan.model.family}): write "
+            f"{config}() in a module my_registry on PYTHONPATH (ConfigManager imports --module as a module path, "
+            f"torchtitan/config/manager.py L121-L140), a copy of a torchtitan/models/{module}/config_registry.py "
+            "entry with this model's spec"
+        )
+        module = "my_registry"
+    else:
+        notes.append(
+            f"--module {module} --config {config} ({source}): the entry's model, data, optimizer, compile and "
+            "checkpoint settings apply; the overrides below set all that the price reads"
+        )
+    if mtp_layers(plan.model):
+        notes.append(
+            f"the fsdp2 ledger prices {plan.model.name} without its {mtp_layers(plan.model)} multi-token-prediction "
+            "depth(s), as the registry entry builds it"
+        )
+    zero = changes.get("zero", plan.zero)
+    replicate, shard = (plan.dp, 1) if zero == 0 else (1, plan.dp)
+    nodes, per_node = launch_hosts(plan.gpus, plan.gpus_per_host, plan.gpus_per_node)
+    run = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={per_node}"]
+    if nodes > 1:
+        run += ["--rdzv_id=$JOB_ID", "--rdzv_backend=c10d", f"--rdzv_endpoint={master}"]
+    par: list[tuple[str, object]] = [
+        ("data_parallel_replicate_degree", replicate),
+        ("data_parallel_shard_degree", shard),
+    ]
+    if zero > 0 and shard * plan.cp > 1:
+        par.append(("fsdp_reshard_after_forward", "never" if zero == 2 else "always"))
+    par += [
+        ("tensor_parallel_degree", plan.tp),
+        ("pipeline_parallel_degree", plan.pp),
+        ("pipeline_parallel_schedule", "Interleaved1F1B" if plan.virtual_stages > 1 else "1F1B"),
+        ("pipeline_parallel_microbatch_size", plan.micro_batch_size),
+        *_torchtitan_stages(plan).items(),
+        ("context_parallel_degree", plan.cp),
+        ("expert_parallel_degree", plan.ep),
+    ]
+    args: list[tuple[str, object]] = [("--module", module), ("--config", config)]
+    args += [(f"--parallelism.{k}", v) for k, v in par]
+    if plan.tp > 1 and not plan.sequence_parallel:
+        args.append(("--parallelism.no_enable_sequence_parallel", None))
+    args += [
+        # rows of one forward-backward call per DP rank: the m micro-batches with PP, one without (module doc)
+        ("--training.local_batch_size", plan.micro_batch_size * (plan.micro_batches if plan.pp > 1 else 1)),
+        ("--training.global_batch_size", plan.global_batch),
+        ("--training.seq_len", plan.seq),
+    ]
+    recompute = changes.get("recompute", plan.recompute)
+    args.append((f"activation_checkpoint:{engine_file(TORCHTITAN_030)['activation_checkpoint'][recompute]}", None))
+    return TorchtitanCommand(run, args, tuple(notes))
+
+
 def engine_plan(plan: Plan, fmt: str, ledger: str | None = None) -> Plan:
     """The plan the engine of format ``fmt`` runs from ``plan``'s export, in ``ledger`` (default: the plan's own):
     ``plan`` itself for Megatron-LM, whose flags say all of it; for torchtitan the changes its settings force
@@ -586,12 +743,34 @@ def engine_plan(plan: Plan, fmt: str, ledger: str | None = None) -> Plan:
     the export. ValueError (a ``PlanError``/``LedgerError`` naming its factor) when that plan cannot be built."""
     if fmt not in FORMATS:
         raise ValueError(f"format={fmt!r} must be one of {', '.join(FORMATS)}")
-    changes = _torchtitan_runs(plan)[0] if fmt == "torchtitan" else {}
+    changes = (
+        _torchtitan_runs(plan)[0]
+        if fmt == "torchtitan"
+        else _torchtitan_030_runs(plan)[0]
+        if fmt == TORCHTITAN_030
+        else {}
+    )
     if ledger is not None and ledger != plan.accounting.name:  # the plan's own ledger keeps its choices (grad_dtype)
         changes["accounting"] = ledger
         if plan.accounting.grad_reduce_bf16 and fmt == "megatron":  # the command keeps --grad-reduce-in-bf16
             changes["grad_dtype"] = "bf16"  # priced so, or refused by a ledger without the choice
     return plan.replace(**changes) if changes else plan
+
+
+def first_that_runs(ranked, fmt: str) -> tuple[int, object, Report]:
+    """The fastest of a search's ranked candidates (anything with a ``.plan``, fastest first) that still fits when
+    priced as the engine of export format ``fmt`` runs it (``engine_plan``, in the plan's own ledger), with its
+    1-based rank and that report; a candidate the engine cannot run (ValueError) is passed over. ValueError when
+    none fits. A search prices plans in its ledger's layout, which an engine's release can change (torchtitan
+    0.3.0 shards the routed experts over EP alone): this is the plan to export for that release."""
+    for rank, c in enumerate(ranked, 1):
+        try:
+            report = evaluate(engine_plan(c.plan, fmt))
+        except ValueError:
+            continue
+        if report.fits:
+            return rank, c, report
+    raise ValueError(f"format={fmt!r}: none of the {len(ranked):,} ranked plans fits as that engine runs it")
 
 
 def _toml_value(v: object) -> str:
@@ -650,4 +829,6 @@ def export_text(plan: Plan, fmt: str, ledger: str | None = None) -> str:
         return "".join(f"# {line}\n" for line in (price_note(priced), *(f"note: {n}" for n in notes))) + (
             json.dumps(config, indent=2) + "\n"
         )
+    if fmt == TORCHTITAN_030:
+        return f"# {price_note(priced)}\n" + torchtitan_030(plan).command()
     return f"# {price_note(priced)}\n# {TORCHTITAN_VERSION_NOTE}\n" + toml(*torchtitan(plan))

@@ -158,6 +158,30 @@ __all__ = [
 ]
 
 
+# The regime the tie band is measured in: its pairs of held-out runs of one model on one machine
+# (``steptime.fitting.ratio_errors`` over ``fitting.validate``'s rows: Korthikanti 2022's GPT models, MT-NLG 530B,
+# Llama 3 405B, torchtitan's Llama 3 8B) are all dense models training in bf16 on these machines;
+# tests/test_search_bound.py derives it from those rows.
+BAND_REGIME: dict[str, Any] = {"moe": False, "precision": ("bf16",), "hardware": ("a100-sxm-80gb", "h100-sxm-80gb")}
+
+
+def band_regime_gaps(model: ModelSpec, precision: str, hardware: str) -> list[str]:
+    """What puts a search of ``model`` in ``precision`` on ``hardware`` outside the regime its tie band is measured
+    in (``BAND_REGIME``), in words; empty when it is inside.
+
+        >>> band_regime_gaps(load_model("qwen3-30b-a3b"), "fp8", "b200-sxm-180gb")
+        ['a mixture of experts', 'fp8 GEMMs', 'b200-sxm-180gb']
+    """
+    out = []
+    if model.is_moe and not BAND_REGIME["moe"]:
+        out.append("a mixture of experts")
+    if precision not in BAND_REGIME["precision"]:
+        out.append(f"{precision} GEMMs")
+    if hardware not in BAND_REGIME["hardware"]:
+        out.append(hardware)
+    return out
+
+
 def tie_band() -> float:
     """The stored tie band (a fraction): the step-time model's median error on the ratio of two published runs."""
     return fit_data()["tie_band"]["value"]
@@ -276,7 +300,7 @@ class Rejections(Sequence[Rejection]):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self._all()[i]
 
     def __iter__(self):
@@ -329,6 +353,7 @@ class SearchResult:
     bound_s: float = math.inf
     unranked: int = 0
     margin: float = 0.0
+    hardware: str = ""
 
     def tied_ranks(self) -> list[int]:
         """The displayed rank of each kept plan: plans within ``band`` of a faster plan's step time share its rank."""
@@ -628,11 +653,11 @@ class _Pricer:
         accepted = [rc for rc in self.recompute if rc not in self.refused]
         if not accepted:
             return {}
-        key = (dims, workload.micro_batch_size)
-        if key in self._bases:  # the block's coarse floors found its plan: its modes' floors read the same one
-            base, inputs = self._bases.pop(key)
-            return self._floors(base, inputs, groups, accepted)
-        base = None
+        block = (dims, workload.micro_batch_size)
+        if block in self._bases:  # the block's coarse floors found its plan: its modes' floors read the same one
+            known, known_inputs = self._bases.pop(block)
+            return self._floors(known, known_inputs, groups, accepted)
+        base: Plan | None = None
         self.enter(dims, keep=True)  # the verdicts found here are the pricing's (1): one Plan per group either way
         for _, zero, v in groups:
             key = (zero, workload.micro_batch_size, v)
@@ -648,7 +673,7 @@ class _Pricer:
             return {}
         inputs = time_inputs(base)
         if coarse and self.ex.pipeline != "dualpipe":
-            self._bases[key] = (base, inputs)
+            self._bases[block] = (base, inputs)
             accepted = [COARSE_FLOOR]
         return self._floors(base, inputs, groups, accepted)
 
@@ -998,6 +1023,7 @@ def search(
         bound,
         n - len(ranked) - add_up(len(r[1]) for r in pricer.rejected),
         margin,
+        hw.name,
     )
 
 
@@ -1081,6 +1107,13 @@ def format_search(result: SearchResult, top: int = 10) -> str:
             else "the band given to the search"
         ),
     ]
+    gaps = band_regime_gaps(result.model, result.precision, result.hardware)
+    if gaps and result.band == band["value"]:
+        lines.append(
+            "the band and the 10 % below are measured on dense models training in bf16 on A100 and H100 GPUs; this "
+            f"search is outside them ({', '.join(gaps)}): the model's error on its step-time ratios is not measured "
+            "there, so close ranks are less certain than they read"
+        )
     if result.ranked:  # how many plans the model cannot tell from the fastest (the plan checker's search line)
         u, best = ratio_uncertainty(), result.ranked[0].step.total_s
         close = sum(1 for c in result.ranked if c.step.total_s / best - 1 <= u)

@@ -86,7 +86,7 @@ from meshplan.parallel import compute
 from meshplan.parallel.activations import activation_bytes_per_layer
 from meshplan.parallel.zero import sync_terms
 from meshplan.plan import Plan, Report
-from meshplan.plan.evaluation import TimeInputs, pipeline_bubble, pp_send_bytes
+from meshplan.plan.evaluation import TimeInputs, TimeReport, pipeline_bubble, pp_send_bytes
 from meshplan.plan.report import StepInputs
 from meshplan.schedule.formulas import dualpipe_idle
 from meshplan.spec.hardware import Hardware
@@ -417,7 +417,9 @@ def _op_share(m, layers: range, recompute: str) -> float:
     return add_up(compute.op_recomputed_params(L, m) for L in specs) / total if total else 0.0
 
 
-def _micro_batch(report: Report | StepInputs | TimeInputs, st: Stage, ex: Execution, cal: Calibration) -> MicroBatch:
+def _micro_batch(
+    report: Report | StepInputs | TimeInputs | TimeReport, st: Stage, ex: Execution, cal: Calibration
+) -> MicroBatch:
     p, m, hw, d = report.plan, report.plan.model, report.plan.hardware, report.plan.dims
     t, c, e, s, b, h = d.tp, d.cp, d.ep, p.seq, p.micro_batch_size, m.hidden_size
     flash = ex.attention == "flash"
@@ -519,7 +521,9 @@ def _micro_batch(report: Report | StepInputs | TimeInputs, st: Stage, ex: Execut
     return MicroBatch(forward, backward, gemm, tp_s, cp_s, ep_s)
 
 
-def _dp_exposed_s(report: Report | StepInputs, mb: MicroBatch, units: int, ex: Execution, cal: Calibration) -> float:
+def _dp_exposed_s(
+    report: Report | StepInputs | TimeReport, mb: MicroBatch, units: int, ex: Execution, cal: Calibration
+) -> float:
     """Seconds of data-parallel synchronisation not hidden under compute (see the module docstring)."""
     p, hw, d = report.plan, report.plan.hardware, report.plan.dims
     m = p.micro_batches
@@ -557,7 +561,7 @@ def _dp_exposed_s(report: Report | StepInputs, mb: MicroBatch, units: int, ex: E
 
 
 def _slowest_stage(
-    report: Report | StepInputs | TimeInputs, ex: Execution, cal: Calibration, memo: dict | None = None
+    report: Report | StepInputs | TimeInputs | TimeReport, ex: Execution, cal: Calibration, memo: dict | None = None
 ) -> tuple[int, MicroBatch]:
     """The pipeline stage whose micro-batch takes longest, and that time (stages with the same work computed once).
     ``memo`` (a search's, for plans of one model, hardware, sequence length, ledger, execution and calibration)
@@ -583,7 +587,7 @@ def _slowest_stage(
 
 
 def _stage_micro_batch(
-    report: Report | StepInputs | TimeInputs, st: Stage, ex: Execution, cal: Calibration, memo: dict | None
+    report: Report | StepInputs | TimeInputs | TimeReport, st: Stage, ex: Execution, cal: Calibration, memo: dict | None
 ) -> MicroBatch:
     """``_micro_batch`` of stage ``st``, kept in ``memo`` (when given) by all it reads (see ``_slowest_stage``)."""
     if memo is None:
@@ -670,7 +674,7 @@ def step_time_floors(
 
 
 def step_time(
-    report: Report | StepInputs,
+    report: Report | StepInputs | TimeReport,
     execution: Execution | None = None,
     calibration_: Calibration | None = None,
     _memo: dict | None = None,
@@ -708,7 +712,7 @@ def step_time(
 RATES = ("peak_bf16_flop_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s", "infiniband_bytes_per_s")
 
 
-def _rate_of(term: str, report: Report | StepInputs) -> str | None:
+def _rate_of(term: str, report: Report | StepInputs | TimeReport) -> str | None:
     """The hardware rate ``term`` divides its work by (None for the bubble, which is made of the others)."""
     p, hw = report.plan, report.plan.hardware
     if term in ("tp_s", "cp_s", "ep_s", "pp_s"):
@@ -725,7 +729,7 @@ def _rate_of(term: str, report: Report | StepInputs) -> str | None:
     return None
 
 
-def _check_finite(st: StepTime, report: Report | StepInputs) -> None:
+def _check_finite(st: StepTime, report: Report | StepInputs | TimeReport) -> None:
     """ValueError naming the hardware rate that makes the step time infinite (or not a number): a rate so small that
     the work a term divides by it overflows a float, or that the terms' sum does. The rate is the failing term's own
     (its link's bandwidth, the bf16 peak, HBM bandwidth); for the bubble or a sum, the largest finite term's."""
@@ -754,7 +758,7 @@ def model_flop_per_step(report: Report) -> float:
     return compute.training_flop_per_sequence(p.model, p.seq, "none", causal=False) * p.global_batch
 
 
-def hardware_flop_per_step(report: Report | StepInputs) -> float:
+def hardware_flop_per_step(report: Report | StepInputs | TimeReport) -> float:
     """Model FLOP plus the plan's recomputation, in the same convention (HFU's numerator)."""
     p = report.plan
     return compute.training_flop_per_sequence(p.model, p.seq, p.recompute, causal=False) * p.global_batch
