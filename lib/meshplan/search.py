@@ -334,7 +334,9 @@ class Rejections(Sequence[Rejection]):
 
 @dataclass(frozen=True)
 class SearchResult:
-    """Every enumerated plan: ``ranked`` (fastest first) and ``rejected`` (in enumeration order)."""
+    """Every enumerated plan: ``ranked`` (fastest first) and ``rejected`` (in enumeration order). A bounded search
+    (``top`` given) ranks only the plans with step times up to ``bound_s`` (the head of the full ranking) and counts
+    the others in ``unranked``; ``margin`` is the fraction over the fastest it ranks in any case."""
 
     model: ModelSpec
     gpus: int
@@ -874,6 +876,11 @@ def search(
     candidate trains in; a precision the machine or the ledger refuses (``construct.precision_refusal``) is a
     PlanError naming ``precision``.
 
+    ``top``: None (the default) prices every plan and ranks every one that fits; a count N bounds the search
+    (module docstring, "Bounded search"): it ranks the N fastest and every plan within the model's largest ratio
+    error of the fastest exactly as the full search does, and leaves the rest once a lower bound on their step
+    time is above that (``SearchResult.unranked``), as ``meshplan search --top N`` runs it.
+
     ``virtual_stages``: by default (``"layers"``) every count the stage's layers allow (``virtual_stage_counts``),
     or the counts given (each tried on every pipeline shape, and rejected where the layers do not split).
     Duplicates are not enumerated: ZeRO stages > 0 only when dp × cp > 1, virtual stages > 1 only with
@@ -1048,7 +1055,8 @@ def _branch_and_bound(
     for i, (dims, work, lps, groups) in enumerate(blocks):
         got = pricer.floors(dims, work, lps, groups, coarse=True)
         floors.append(got)
-        heap.append((min(got.values()) if got else -math.inf, i, not got))
+        # under DualPipe the coarse floors are already each mode's (``_Pricer.floors``)
+        heap.append((min(got.values()) if got else -math.inf, i, not got or pricer.ex.pipeline == "dualpipe"))
     heapq.heapify(heap)
     fastest: list[float] = []  # the negated ``top`` fastest step times found (a max-heap)
     best, bound = math.inf, math.inf
