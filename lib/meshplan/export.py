@@ -697,8 +697,10 @@ def torchtitan_030(plan: Plan, master: str = "$MASTER_ADDR:29500") -> Torchtitan
         )
     if mtp_layers(plan.model):
         notes.append(
-            f"the fsdp2 ledger prices {plan.model.name} without its {mtp_layers(plan.model)} multi-token-prediction "
-            "depth(s), as the registry entry builds it"
+            f"the price counts {plan.model.name}'s {mtp_layers(plan.model)} multi-token-prediction depth(s) on the "
+            "last stage; torchtitan 0.3.0 builds them only when the entry's model_registry(...) is given "
+            "num_mtp_layers, with MTPLoss: of the wheel's entries only deepseek_v3_debugmodel_mtp does "
+            "(torchtitan/models/deepseek_v3/config_registry.py L73-L79)"
         )
     zero = changes.get("zero", plan.zero)
     replicate, shard = (plan.dp, 1) if zero == 0 else (1, plan.dp)
