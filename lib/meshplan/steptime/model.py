@@ -651,7 +651,9 @@ def step_time_floors(
     stage and with any model states, keyed (v, recompute mode): every term ``step_time`` adds but the two that read
     them, the exposed data-parallel synchronisation and the optimizer step, which are never negative, with the
     micro-batch time of one stage (``TimeInputs.stage``) in place of the slowest stage's, which is no shorter, and
-    the sends and bubble (``_pipeline_s``), which grow with it. ``step_time`` reads the chunk count nowhere else. A
+    the sends and the 1F1B bubble (``_pipeline_s``), which grow with it; under DualPipe, whose idle time reads the
+    forward and the backward apart (one stage's may be the longer forward of a shorter micro-batch), the slowest
+    stage's own. ``step_time`` reads the chunk count nowhere else. A
     search prunes with it (``search.search(top=)``); each bound is 10⁻¹² below that partial sum, so that the order of
     the float additions cannot put it above the step time."""
     out: dict[tuple[int, str], float] = {}
@@ -665,7 +667,10 @@ def step_time_floors(
     per_chunks = {v: (pp_send_bytes(p, v), pipeline_bubble(p, v)) for v in chunks}
     for one in inputs:
         q = one.plan
-        mb = _stage_micro_batch(one, q.stages[one.stage], ex, cal, _memo)
+        if ex.pipeline == "dualpipe":  # its idle time reads the forward and backward apart: the slowest stage's
+            mb = _slowest_stage(one, ex, cal, _memo)[1]
+        else:
+            mb = _stage_micro_batch(one, q.stages[one.stage], ex, cal, _memo)
         micro = m * mb.compute_s + m * mb.tp_s + m * mb.cp_s + m * mb.ep_s
         for v, (sent, bubble) in per_chunks.items():
             pp_mb, idle = _pipeline_s(q, v, one.link["pp"], sent, bubble, mb, ex, cal)
