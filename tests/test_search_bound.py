@@ -65,6 +65,17 @@ BOUND_CASES: dict[str, dict[str, Any]] = {
         "zero_stages": (1,),
         "micro_batch_sizes": (1,),
     },
+    "megatron, DeepSeek-V3 under DualPipe, few micro-batches (its idle time weighs the forward apart)": {
+        "model": "deepseek-v3",
+        "gpus": 256,
+        "seq": 4096,
+        "global_batch": 32,
+        "hardware": H100,
+        "accounting": "megatron",
+        "execution": replace(execution_for("megatron"), pipeline="dualpipe"),
+        "zero_stages": (1,),
+        "micro_batch_sizes": (1,),
+    },
     "fsdp2, op-level recomputation, TP overlap hiding what the GEMMs cover": {
         "model": "llama-3.1-8b",
         "gpus": 32,
