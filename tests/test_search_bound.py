@@ -164,3 +164,10 @@ def test_the_band_regime_is_that_of_the_pairs_it_is_measured_on():
     assert "this search is outside them (a mixture of experts)" in format_search(moe, 5)
     dense = search("llama-3.1-8b", gpus=8, seq=4096, global_batch=16, hardware=H100, accounting="megatron", top=5)
     assert "outside them" not in format_search(dense, 5)
+
+
+def test_a_bounded_dualpipe_search_with_the_chunk_counts_in_any_order():
+    # the block's plan is built at the first count given; DualPipe runs (and hides the EP all-to-alls) at v = 1 only
+    few = "megatron, DeepSeek-V3 under DualPipe, few micro-batches (its idle time weighs the forward apart)"
+    kw: dict[str, Any] = {**BOUND_CASES[few], "virtual_stages": (2, 1)}
+    _check_head(search(**kw, top=3), search(**kw), 3)

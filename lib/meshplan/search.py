@@ -686,7 +686,17 @@ class _Pricer:
             object.__setattr__(probe, "recompute", rc)
             probes.append(inputs.for_recompute(probe))
         chunks = dict.fromkeys(v for _, _, v in groups)
-        got = step_time_floors(probes, chunks, self.ex, None, self.micro_batches)
+        if self.ex.pipeline == "dualpipe":  # DualPipe's micro-batch reads the chunk count (it runs at v = 1 alone)
+            got: dict[tuple[int, str], float] = {}
+            for v in chunks:
+                at_v = []
+                for one in probes:
+                    plan = copy.copy(one.plan)
+                    object.__setattr__(plan, "virtual_stages", v)
+                    at_v.append(one._replace(plan=plan))
+                got.update(step_time_floors(at_v, (v,), self.ex, None, self.micro_batches))
+        else:
+            got = step_time_floors(probes, chunks, self.ex, None, self.micro_batches)
         # a floor that is not a finite number (a hardware rate too small for one) prunes nothing: pricing the plan
         # raises the step-time model's own error naming the rate
         return {k: low if math.isfinite(low) else -math.inf for k, low in got.items()}

@@ -647,7 +647,8 @@ def step_time_floors(
     _memo: dict | None = None,
 ) -> dict[tuple[int, str], float]:
     """For each plan of ``inputs`` (plans alike but for their recompute modes) and each virtual-stage count v of
-    ``chunks``, a lower bound on ``step_time(...).total_s`` of that plan with v chunks per pipeline rank, at any ZeRO
+    ``chunks``, a lower bound on ``step_time(...).total_s`` of that plan with v chunks per pipeline rank (under
+    DualPipe, which runs at v = 1 alone and hides the EP all-to-alls there, of the plan's own v only), at any ZeRO
     stage and with any model states, keyed (v, recompute mode): every term ``step_time`` adds but the two that read
     them, the exposed data-parallel synchronisation and the optimizer step, which are never negative, with the
     micro-batch time of one stage (``TimeInputs.stage``) in place of the slowest stage's, which is no shorter, and
