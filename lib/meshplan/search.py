@@ -1128,9 +1128,10 @@ def format_search(result: SearchResult, top: int = 10) -> str:
     gaps = band_regime_gaps(result.model, result.precision, result.hardware)
     if gaps and result.band == band["value"]:
         lines.append(
-            "the band and the 10 % below are measured on dense models training in bf16 on A100 and H100 GPUs; this "
-            f"search is outside them ({', '.join(gaps)}): the model's error on its step-time ratios is not measured "
-            "there, so close ranks are less certain than they read"
+            f"the band and the {fmt_pct(ratio_uncertainty(), 0)} below are measured on dense models training in "
+            f"{' and '.join(BAND_REGIME['precision'])} on {' and '.join(BAND_REGIME['hardware'])}; this search is "
+            f"outside them ({', '.join(gaps)}): the model's error on its step-time ratios is not measured there, so "
+            "close ranks are less certain than they read"
         )
     if result.ranked:  # how many plans the model cannot tell from the fastest (the plan checker's search line)
         u, best = ratio_uncertainty(), result.ranked[0].step.total_s
