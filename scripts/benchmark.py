@@ -109,12 +109,15 @@ def bench_search(repeat: int = 1) -> None:
       189,000) and Llama 3.1 405B, at s = 4,096 to 131,072; the target is 2 CPU-s each.
     * The full search (``top=None``: every plan priced and every fitting one ranked), DeepSeek-V3 and Llama 3.1 405B
       on 2,048 and 16,384 H100s at s = 8,192 and 131,072, a global batch of 2,048 sequences, in each ledger.
+    * The command line's search at ``MAX_GPUS`` (1,048,576 H100s), the two models with the most plans and Llama 3.1
+      405B, in the Megatron and FSDP2 ledgers.
 
-    Then ``search --json``'s part, every kept plan's JSON object (``to_dict``) and ``json.dumps`` of the list."""
+    Then ``search --json``'s part, every kept plan's JSON object (``to_dict``) and ``json.dumps`` of the list, and
+    ``meshplan search --top MAX_TOP --json`` in a new process (imports included), the most the command reports."""
     import json
     from functools import partial
 
-    from meshplan.search import search
+    from meshplan.search import MAX_TOP, search
 
     H100 = "h100-sxm-80gb"
 
@@ -138,6 +141,21 @@ def bench_search(repeat: int = 1) -> None:
                 )
                 worst = max(worst, (t, label))
     print(f"slowest bounded search: {worst[1]}, {worst[0]:.2f} CPU-s (target 2)")
+    worst = (0.0, "")
+    for model, seq, batch in (
+        ("qwen3-30b-a3b", 8192, 2**20),
+        ("qwen3-30b-a3b", 8192, 131072),
+        ("qwen3-30b-a3b", 2048, 2**22),
+        ("deepseek-v3", 131072, 65536),
+        ("deepseek-v3", 4096, 2**20),
+        ("llama-3.1-405b", 8192, 16384),
+    ):
+        for ledger in ("megatron", "fsdp2"):
+            t, result = cpu(partial(search, model, 2**20, seq, batch, hardware=H100, accounting=ledger, top=10))
+            label = f"search({model}, 1,048,576 GPUs, s = {seq:,}, B = {batch:,}, {ledger}, top=10)"
+            print(f"{label}: {result.enumerated:,} plans, {len(result.ranked):,} ranked; {t:.2f} CPU-s")
+            worst = max(worst, (t, label))
+    print(f"slowest bounded search at MAX_GPUS: {worst[1]}, {worst[0]:.2f} CPU-s")
     for model in ("deepseek-v3", "llama-3.1-405b"):
         for gpus in (2048, 16384):
             for seq in (8192, 131072):
@@ -153,6 +171,14 @@ def bench_search(repeat: int = 1) -> None:
     print(
         f"search --json of every kept plan (deepseek-v3, 2,048 GPUs, s = 131,072, megatron): {len(result.ranked):,} "
         f"objects in {t:.2f} CPU-s, json.dumps {t_dump:.2f} CPU-s ({len(text) / 1e6:.0f} MB)"
+    )
+    argv = [sys.executable, "-m", "meshplan", "search", "--model", "deepseek-v3", "--gpus", "2048", "--seq", "131072",
+            "--global-batch", "2048", "--hardware", H100, "--top", str(MAX_TOP), "--json"]  # fmt: skip
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    print(
+        f"meshplan search --top {MAX_TOP:,} --json (deepseek-v3, 2,048 GPUs, s = 131,072, megatron), a new process: "
+        f"{time.perf_counter() - t0:.2f} s of wall time, {len(out.stdout) / 1e6:.1f} MB"
     )
 
 

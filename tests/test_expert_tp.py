@@ -163,3 +163,23 @@ def test_cli_and_export_carry_expert_tp():
     assert "--expert-tensor-parallel-size" not in dict(
         megatron(Plan.create("deepseek-v3", gpus=2048, tp=2, pp=16, ep=64, layers_per_stage=layout)).flags
     )
+
+
+@pytest.mark.parametrize("gpn", [1, 3, 4, 6, 8, 12, 72])
+@pytest.mark.parametrize("order", ["tp-cp-pp-dp", "tp-cp-ep-dp-pp", "dp-pp-cp-tp", "cp-tp-dp-pp"])
+def test_expert_links_match_their_groups_on_any_node_size(gpn, order):
+    """The expert links are worked out on the first list's groups shifted by each list's residue mod the node size
+    (``Mesh._shifted_rows_cross``): equal to reading every group, on node sizes that do and do not divide the TP and
+    stage offsets, with expert-TP equal to TP and below it."""
+    shapes = [(2, 1, 2, 4, 8, 1), (4, 1, 3, 2, 4, 2), (4, 2, 2, 2, 8, 1), (3, 2, 2, 3, 3, 1), (2, 3, 3, 4, 6, 2)]
+    shapes += [(3, 1, 2, 4, 4, 3), (6, 1, 2, 2, 4, 3), (2, 2, 3, 6, 4, 2), (1, 3, 2, 8, 12, 1), (4, 1, 2, 6, 6, 4)]
+    for tp, cp, pp, dp, ep, etp in shapes:
+        mesh = Mesh({"tp": tp, "cp": cp, "pp": pp, "dp": dp}, order, gpus_per_node=gpn, ep=ep, etp=etp)
+        for axis in ("ep", "edp"):
+            groups = mesh.groups(axis)
+            assert sorted(r for g in groups for r in g) == list(range(mesh.world_size))
+            if len(groups[0]) == 1:
+                assert mesh.link(axis) is None
+                continue
+            brute = "infiniband" if any(len({x // gpn for x in g}) > 1 for g in groups) else "nvlink"
+            assert mesh.link(axis) == brute, (tp, cp, pp, dp, ep, etp, axis)

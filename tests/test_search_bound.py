@@ -9,11 +9,13 @@ interleaved stages, MoE with EP across nodes."""
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from commands import run
 from test_search_pruning import CASES, HEAVY
 
 from meshplan.core.validation import MeshplanError
@@ -171,3 +173,28 @@ def test_a_bounded_dualpipe_search_with_the_chunk_counts_in_any_order():
     few = "megatron, DeepSeek-V3 under DualPipe, few micro-batches (its idle time weighs the forward apart)"
     kw: dict[str, Any] = {**BOUND_CASES[few], "virtual_stages": (2, 1)}
     _check_head(search(**kw, top=3), search(**kw), 3)
+
+
+@pytest.mark.parametrize("top", ["1001", "1000000", "99999999999999999"])
+def test_a_top_larger_than_the_command_reports_is_one_line_naming_top(top):
+    """``--top`` beyond ``search.MAX_TOP`` (the plans the command reports in full) is refused before the search
+    runs, with exit 2 and one line naming ``top`` and the limit, instead of a 25-second wait for 108 MB of JSON."""
+    from meshplan.search import MAX_TOP
+
+    out = run(["search", "--model", "deepseek-v3", "--gpus", "2048", "--seq", "131072", "--global-batch", "2048",
+               "--top", top, "--json"])  # fmt: skip
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("meshplan: error: argument --top: top=")
+    assert f"more than the {MAX_TOP:,} plans a search reports" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_largest_top_is_reported_in_full():
+    """``--top MAX_TOP`` lists that many plans when the search has them, each a full report."""
+    from meshplan.search import MAX_TOP
+
+    out = run(["search", "--model", "qwen3.8-27b", "--gpus", "64", "--seq", "4096", "--global-batch", "256",
+               "--hardware", "h100-sxm-80gb", "--top", str(MAX_TOP), "--json"])  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    plans = json.loads(out.stdout)
+    assert len(plans) == MAX_TOP and plans[0]["rank"] == 1
+    assert all(p["rank"] <= i for i, p in enumerate(plans, 1)) and all(p["step_time_s"] > 0 for p in plans)

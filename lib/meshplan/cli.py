@@ -37,7 +37,7 @@ from meshplan.plan.construct import PRECISIONS
 from meshplan.plan.reporting import format_report
 from meshplan.realrun import format_table, validate
 from meshplan.schedule import KINDS, format_timeline, simulate
-from meshplan.search import format_search, search
+from meshplan.search import MAX_TOP, format_search, search
 from meshplan.spec.accounting import LEDGERS, get_accounting
 from meshplan.spec.dims import MAX_GPUS, parse_order
 from meshplan.spec.hardware import Hardware, available_hardware, load_hardware
@@ -78,6 +78,17 @@ def _int(name: str, limit: int | None = None) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return conv
+
+
+def _top(text: str) -> int:
+    """``--top``: a positive integer up to ``search.MAX_TOP``, the most plans the command reports in full."""
+    n = _int("top")(text)
+    if n > MAX_TOP:
+        raise argparse.ArgumentTypeError(
+            f"top={n:,} is more than the {MAX_TOP:,} plans a search reports: each gets a full report (about 1 ms and "
+            f"5 KB of JSON apiece); ask for at most {MAX_TOP:,}"
+        )
+    return n
 
 
 def _zero(text: str) -> int:
@@ -358,10 +369,10 @@ def _add_search(sub) -> None:
     )
     p.add_argument(
         "--top",
-        type=_int("top", 10**6),
+        type=_top,
         default=10,
-        help="plans to show (default 10); the search prices only the plans that could rank among them or within the "
-        "model's uncertainty of the fastest, and says how many it left",
+        help=f"plans to show (default 10, at most {MAX_TOP:,}); the search prices only the plans that could rank "
+        "among them or within the model's uncertainty of the fastest, and says how many it left",
     )
     _precision_option(p)
     _grad_dtype_option(p)

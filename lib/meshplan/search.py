@@ -131,6 +131,12 @@ BALANCES = ("even", "max")  # Plan.stage_balance
 # count with more divisors (2,304 = 2⁸ · 9: 623,988 plans of Qwen3-30B-A3B, 402,876 of DeepSeek-V3), a model with more
 # experts or layers can exceed it, and is refused with the sizes that multiply into the count (``_too_many``).
 MAX_PLANS = 200_000
+# The most plans the command line reports (``meshplan search --top``). Each listed plan gets a full report, the one
+# ``plan`` prints: about 0.7 ms to build and 5 KB of JSON apiece. ``--top 1000 --json`` for DeepSeek-V3 on 2,048 H100s
+# at s = 131,072 takes 3.7 s of wall time in a new process (4.6 MB); every plan that fits there (10,605) would take
+# 14 CPU-s and 56 MB (``scripts/benchmark.py --search``). The Python ``search`` has no such limit: a candidate's
+# report is built when it is read.
+MAX_TOP = 1000
 # The step-time model charges CP's K/V ring only where it outlasts the attention compute (and its latency), and
 # nothing for the attention kernels' lower efficiency on short chunks, so it would split an 8K sequence 32 ways.
 # Megatron's guide (quoted in the course's seed 004) uses CP only for sequences of 8K and more, with CP 2 at 8,192
@@ -140,6 +146,7 @@ SHAPE = ("tp", "cp", "pp", "dp", "ep")
 # the rejection a PlanError's factor names; any other factor is the plan's own validation, "plan"
 _CONSTRAINT = {"global_batch": "global batch"}
 __all__ = [
+    "MAX_TOP",
     "Candidate",
     "Rejection",
     "SearchResult",

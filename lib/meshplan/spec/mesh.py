@@ -196,26 +196,35 @@ class Mesh:
         self._expert_arrays.clear()
 
     def _expert_array(self, axis: str) -> Any:
-        """``_build_expert_array(axis)``, built once per mesh and axis (its link and its first group read it; the
-        mesh is frozen, and no caller writes to the rows)."""
+        """``_build_expert_array(axis)``, built once per mesh and axis (its first group reads it; the mesh is frozen,
+        and no caller writes to the rows)."""
         got = self._expert_arrays.get(axis)
         if got is None:
             got = self._expert_arrays[axis] = self._build_expert_array(axis)
         return got
 
-    def _build_expert_array(self, axis: str) -> Any:
-        """Every EP (or expert-DP) group as the rows of an integer array (numpy, O(world size)).
+    def _expert_base(self, axis: str) -> Any:
+        """``_build_expert_base(axis)``, built once per mesh and axis (the link and the arithmetic check read it)."""
+        key = "base:" + axis
+        got = self._expert_arrays.get(key)
+        if got is None:
+            got = self._expert_arrays[key] = self._build_expert_base(axis)
+        return got
+
+    def _build_expert_base(self, axis: str) -> Any:
+        """The EP (or expert-DP) groups of the first list as the rows of an integer array, and every list's shift
+        from the first (numpy; O(world size ÷ lists)), or None without numpy.
 
         The expert layers list each stage's ranks in order: with expert-TP = TP, the dp × cp ranks at one TP
-        coordinate (inner axis fastest); otherwise all tp × cp × dp ranks, TP fastest. Each list is cut into blocks
-        of expert-TP × EP positions; in a block, an EP group takes every expert-TP-th position (one expert shard
-        each), and an expert-DP group takes the same position of every block (the ranks holding one shard).
-        Without numpy (the live planner runs the library in the browser, where it is not installed) the same rows
-        come from ``_expert_rows``, in pure Python (``tests/test_planner_pure.py`` holds them equal)."""
+        coordinate (inner axis fastest), one list per (TP coordinate, stage); otherwise all tp × cp × dp ranks, TP
+        fastest, one list per stage. Every list is the first one shifted by its TP and stage offsets, so its groups
+        are the first list's groups shifted too. Each list is cut into blocks of expert-TP × EP positions; in a
+        block, an EP group takes every expert-TP-th position (one expert shard each), and an expert-DP group takes
+        the same position of every block (the ranks holding one shard)."""
         try:
             import numpy as np
         except ImportError:
-            return self._expert_rows(axis)
+            return None
 
         sz, st = self.sizes, self.strides
         inner, outer = sorted(("cp", "dp"), key=self.axes.index)
@@ -225,18 +234,31 @@ class Mesh:
         tp = np.arange(sz["tp"], dtype=np.int64) * st["tp"]
         if self.dims.etp == sz["tp"]:
             k = 1
-            lists = ((o + i).reshape(1, 1, -1) + tp[:, None, None] + pp[None, :, None]).reshape(-1, sz["cp"] * sz["dp"])
+            first = (o + i).reshape(-1)
+            shifts = (tp[:, None] + pp[None, :]).reshape(-1)  # list index t · pp + p
         else:
             k = self.dims.etp
-            members = (o[:, :, None] + i[:, :, None] + tp[None, None, :]).reshape(-1)  # TP fastest
-            lists = pp[:, None] + members[None, :]
+            first = (o[:, :, None] + i[:, :, None] + tp[None, None, :]).reshape(-1)  # TP fastest
+            shifts = pp
         span = k * self.ep
-        blocks = lists.reshape(lists.shape[0], -1, self.ep, k)  # (list, block, j, offset)
+        blocks = first.reshape(-1, self.ep, k)  # (block, j, offset)
         if axis == "ep":
-            groups = blocks.transpose(0, 1, 3, 2).reshape(-1, self.ep)  # fixed (list, block, offset), j varies
+            rows = blocks.transpose(0, 2, 1).reshape(-1, self.ep)  # fixed (block, offset), j varies
         else:
-            groups = blocks.reshape(lists.shape[0], -1, span).transpose(0, 2, 1).reshape(-1, lists.shape[1] // span)
-        return groups
+            rows = blocks.reshape(-1, span).T  # fixed position in the block, the block varies
+        return rows, shifts
+
+    def _build_expert_array(self, axis: str) -> Any:
+        """Every EP (or expert-DP) group as the rows of an integer array (numpy, O(world size)): the first list's
+        groups (``_build_expert_base``) shifted by each list's offset, list by list.
+
+        Without numpy (the live planner runs the library in the browser, where it is not installed) the same rows
+        come from ``_expert_rows``, in pure Python (``tests/test_planner_pure.py`` holds them equal)."""
+        got = self._expert_base(axis)
+        if got is None:
+            return self._expert_rows(axis)
+        rows, shifts = got
+        return (shifts[:, None, None] + rows[None, :, :]).reshape(-1, rows.shape[1])
 
     def _expert_rows(self, axis: str) -> list[list[int]]:
         """``_expert_array``'s rows as lists, in pure Python: the same construction, 2-3 times slower on a large
@@ -347,21 +369,47 @@ class Mesh:
         stride = self._run_stride(axis)
         if stride is not None and self._arithmetic(axis, stride):
             return INFINIBAND if self._max_first_residue(axis, stride) + (n - 1) * stride >= g else NVLINK
-        rows = self._expert_array(axis)
-        if isinstance(rows, list):  # no numpy: _expert_rows
+        got = self._expert_base(axis)
+        if got is None:  # no numpy: _expert_rows
+            rows = self._expert_rows(axis)
             return INFINIBAND if any(row[0] // g != x // g for row in rows for x in row) else NVLINK
+        return INFINIBAND if self._shifted_rows_cross(*got) else NVLINK
+
+    def _shifted_rows_cross(self, rows: Any, shifts: Any) -> bool:
+        """True if any row of ``rows`` shifted by any of ``shifts`` holds ranks of two nodes.
+
+        A shift x = q·g + r moves every rank's node by q plus 0 or 1, by r: so only the residues r = x mod g matter,
+        and a residue with max(b mod g over the rows) + r < g moves no rank across a boundary, so its rows cross
+        exactly where the unshifted rows do. The others are checked shifted, one residue at a time; TP's offsets
+        inside a node, and stages whole nodes apart, take none."""
+        import numpy as np  # _build_expert_base found it
+
+        g = self.gpus_per_node
         nodes = rows // g
-        return INFINIBAND if bool((nodes.min(axis=1) != nodes.max(axis=1)).any()) else NVLINK
+        if bool((nodes.min(axis=1) != nodes.max(axis=1)).any()):
+            return True
+        top = int((rows % g).max())
+        for r in np.unique(shifts % g).tolist():
+            if top + r < g:
+                continue
+            moved = (rows + r) // g
+            if bool((moved.min(axis=1) != moved.max(axis=1)).any()):
+                return True
+        return False
 
     def _arithmetic(self, axis: str, stride: int) -> bool:
         """True when the groups along ``axis`` are runs n members ``stride`` apart, each starting at a rank whose
         coordinate along the run is 0 (checked on the first group; the layout is the same for every group)."""
         if axis in AXES:
             return True
-        g0 = self._expert_row(0, axis)
-        if isinstance(g0, list):  # no numpy
+        got = self._expert_base(axis)
+        if got is None:  # no numpy
+            g0 = self._expert_row(0, axis)
             return g0 == [g0[0] + i * stride for i in range(len(g0))]
-        import numpy as np  # _expert_array found it
+        import numpy as np  # _build_expert_base found it
+
+        rows = got[0]
+        g0 = rows[(rows == 0).any(axis=1).nonzero()[0][0]]  # rank 0 is in the first list
 
         return bool((g0 == g0[0] + stride * np.arange(len(g0), dtype=np.int64)).all())
 
